@@ -1,0 +1,222 @@
+"""The event vocabulary: the ``Event`` record, every event type name, and its JSON form.
+
+Durable types are what a session log may hold; a reader refuses any other type unless the
+event is marked ``ignorable``. Notifications are ``Event``s with ``seq=None`` that are
+published live and never stored. Every type name is defined here once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+import attrs
+import cattrs
+
+from ._frozen import FrozenDict, freeze
+
+__all__ = [
+    "DURABLE_TYPES",
+    "SURFACE_TYPES",
+    "Event",
+    "converter",
+    "event_from_json",
+    "event_to_json",
+]
+
+# --- durable event types (SPEC §4) -------------------------------------------------------
+TURN_START: Final = "turn/start"
+TURN_END: Final = "turn/end"
+STEP_START: Final = "step/start"
+STEP_END: Final = "step/end"
+SYSTEM_MESSAGE: Final = "system/message"
+USER_MESSAGE: Final = "user/message"
+ASSISTANT_MESSAGE: Final = "assistant/message"
+ASSISTANT_ATTEMPT: Final = "assistant/attempt"
+TOOL_CALL: Final = "tool/call"
+TOOL_RESULT: Final = "tool/result"
+REQUEST_HEADER: Final = "request/header"
+REQUEST_CONTEXT: Final = "request/context"
+INBOX_SPLICED: Final = "agent/inbox/spliced"
+SESSION_END_SEED: Final = "session/end-seed"
+
+DURABLE_TYPES: Final = frozenset(
+    {
+        TURN_START,
+        TURN_END,
+        STEP_START,
+        STEP_END,
+        SYSTEM_MESSAGE,
+        USER_MESSAGE,
+        ASSISTANT_MESSAGE,
+        ASSISTANT_ATTEMPT,
+        TOOL_CALL,
+        TOOL_RESULT,
+        REQUEST_HEADER,
+        REQUEST_CONTEXT,
+        INBOX_SPLICED,
+        SESSION_END_SEED,
+    }
+)
+#: Types that may carry a ``surface_op`` (they are the model-facing surface).
+SURFACE_TYPES: Final = frozenset({SYSTEM_MESSAGE, USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT})
+
+# --- live notifications (never stored) ------------------------------------------------------
+SESSION_CREATED: Final = "session/created"
+SESSION_EVENT: Final = "session/event"
+SESSION_FLUSH: Final = "session/flush"
+SESSION_DISPOSED: Final = "session/disposed"
+AGENT_CREATED: Final = "agent/created"
+AGENT_DISPOSED: Final = "agent/disposed"
+AGENT_SESSION_START: Final = "agent/session-start"
+AGENT_STATUS: Final = "agent/status"
+AGENT_ERROR: Final = "agent/error"
+INBOX_INSERTED: Final = "agent/inbox/inserted"
+INBOX_CLAIMED: Final = "agent/inbox/claimed"
+INBOX_DISCARDED: Final = "agent/inbox/discarded"
+ASSISTANT_STREAM: Final = "agent/assistant-stream"
+CONFIG_START_FAILED: Final = "agent-loop/config-start-failed"
+
+# --- hook names -----------------------------------------------------------------------------
+HOOK_PRE_STEP: Final = "agent/pre-step"
+HOOK_REQUEST: Final = "agent/request"
+HOOK_REQUEST_ERROR: Final = "agent/request-error"
+HOOK_TURN_STOPPING: Final = "agent/turn-stopping"
+HOOK_ASSEMBLE: Final = "system-prompt/assemble"
+HOOK_RUNTIME_CONTEXT: Final = "runtime-context/collect"
+HOOK_TOOLS_PRE_EXECUTE: Final = "tools/pre-execute"
+HOOK_TOOLS_EXECUTE: Final = "tools/execute"
+HOOK_TOOLS_POST_EXECUTE: Final = "tools/post-execute"
+HOOK_TOOLS_RESULT: Final = "tools/result"
+
+SurfaceOp = Literal["append"] | Mapping[str, Any] | None
+
+
+def _freeze_data(value: Mapping[str, Any]) -> FrozenDict:
+    frozen = freeze(value)
+    if type(frozen) is not FrozenDict:
+        raise TypeError("event data must be a mapping")
+    return frozen  # type: ignore[no-any-return]
+
+
+def _freeze_surface_op(value: Any) -> Any:
+    if value is None or value == "append":
+        return value
+    return freeze(value)
+
+
+def _freeze_seqs(value: Any) -> tuple[int, ...] | None:
+    return None if value is None else tuple(value)
+
+
+@attrs.frozen(slots=True)
+class Event:
+    """One fact in a session log, or (with ``seq=None``) a live notification."""
+
+    type: str
+    """The event type, for example ``"turn/start"``."""
+    seq: int | None
+    """Position in the session log, dense from 0; ``None`` before append and for notifications."""
+    time: float
+    """When it was appended, from the runtime's clock."""
+    data: FrozenDict = attrs.field(converter=_freeze_data)
+    """The payload: a deep-frozen, JSON-compatible mapping."""
+    ignorable: bool = False
+    """Readers that do not know ``type`` may skip this event instead of refusing the log."""
+    surface_op: Any = attrs.field(default=None, converter=_freeze_surface_op)
+    """``None``, ``"append"`` or ``{"op": "replace", "start_seq", "end_seq"}``."""
+    source_event_seqs: tuple[int, ...] | None = attrs.field(default=None, converter=_freeze_seqs)
+    """Seqs of the events this one cites (a ``tool/result`` cites its ``tool/call``)."""
+
+    def with_seq(self, seq: int, time: float | None = None) -> Event:
+        """Return a copy at ``seq`` (and ``time`` when given), skipping re-validation."""
+        new = object.__new__(Event)
+        _set = object.__setattr__
+        _set(new, "type", self.type)
+        _set(new, "seq", seq)
+        _set(new, "time", self.time if time is None else time)
+        _set(new, "data", self.data)
+        _set(new, "ignorable", self.ignorable)
+        _set(new, "surface_op", self.surface_op)
+        _set(new, "source_event_seqs", self.source_event_seqs)
+        return new
+
+
+def make_event(
+    type: str,
+    seq: int | None,
+    time: float,
+    data: FrozenDict,
+    surface_op: Any = None,
+    source_event_seqs: tuple[int, ...] | None = None,
+    ignorable: bool = False,
+) -> Event:
+    """Build an ``Event`` from already-frozen parts without re-freezing (the hot path)."""
+    new = object.__new__(Event)
+    _set = object.__setattr__
+    _set(new, "type", type)
+    _set(new, "seq", seq)
+    _set(new, "time", time)
+    _set(new, "data", data)
+    _set(new, "ignorable", ignorable)
+    _set(new, "surface_op", surface_op)
+    _set(new, "source_event_seqs", source_event_seqs)
+    return new
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter()
+
+    def unstructure_event(e: Event) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": e.type, "seq": e.seq, "time": e.time, "data": e.data}
+        if e.ignorable:
+            out["ignorable"] = True
+        if e.surface_op is not None:
+            out["surface_op"] = e.surface_op
+        if e.source_event_seqs is not None:
+            out["source_event_seqs"] = list(e.source_event_seqs)
+        return out
+
+    def structure_event(obj: Any, _: type) -> Event:
+        if not isinstance(obj, Mapping):
+            raise TypeError("an event must be a JSON object")
+        return Event(
+            type=str(obj["type"]),
+            seq=obj.get("seq"),
+            time=float(obj.get("time", 0.0)),
+            data=obj.get("data", {}),
+            ignorable=bool(obj.get("ignorable", False)),
+            surface_op=obj.get("surface_op"),
+            source_event_seqs=obj.get("source_event_seqs"),
+        )
+
+    conv.register_unstructure_hook(Event, unstructure_event)
+    conv.register_structure_hook(Event, structure_event)
+    conv.register_unstructure_hook(FrozenDict, lambda d: d)
+    conv.register_structure_hook(FrozenDict, lambda obj, _: freeze(obj))
+    return conv
+
+
+#: The one converter for the library's records (cattrs).
+converter: Final = _make_converter()
+
+
+def event_to_json(event: Event) -> str:
+    """Serialise ``event`` as one line of compact JSON (the stores' and export format)."""
+    return json.dumps(
+        converter.unstructure(event, Event), ensure_ascii=False, separators=(",", ":")
+    )
+
+
+def event_from_json(text: str | bytes) -> Event:
+    """Parse one event from its JSON form.
+
+    Raises:
+        ValueError: the text is not a JSON event.
+    """
+    try:
+        obj = json.loads(text)
+        return converter.structure(obj, Event)
+    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not a JSON event: {exc}") from exc

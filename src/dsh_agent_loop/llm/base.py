@@ -1,0 +1,256 @@
+"""The model-adapter seam: normalised stream chunks, failures, requests and prepared calls.
+
+Every provider stream is normalised to these chunks::
+
+    block-start | text-delta | reasoning-delta | tool-call-delta | block-end | usage | finish
+
+``finish`` is ``stop | tool-calls | max-tokens | aborted | error``; an ``error`` finish carries a
+``Failure`` with a code (``HTTP_429``, ``HTTP_5XX``, ``BAD_STREAM``, ...). A block's ``index`` is its
+position within the attempt. A tool-call block is *complete* when its ``block-end`` arrived, or
+when the stream finished normally (``stop``/``tool-calls``); on a ``max-tokens`` finish an unended
+tool call was cut and is dropped.
+
+An adapter's ``prepare_call(config)`` resolves defaults (reasoning effort, max tokens), declares the
+route's ``context_window`` and ``system_prompt_update`` mode, and returns a ``PreparedCall`` whose
+``stream(request)`` yields chunks. Failures before streaming raise ``ModelError``; failures while
+streaming are yielded as an ``error`` finish (raising ``ModelError`` from the iterator also works).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, ClassVar, Final, Literal, Protocol, runtime_checkable
+
+import attrs
+
+from .._frozen import FrozenDict, freeze
+from ..errors import AgentLoopError
+
+__all__ = [
+    "TRANSIENT_CODES",
+    "BlockEnd",
+    "BlockStart",
+    "Chunk",
+    "Failure",
+    "Finish",
+    "ModelAdapter",
+    "ModelError",
+    "ModelRequest",
+    "PreparedCall",
+    "ReasoningDelta",
+    "TextDelta",
+    "ToolCallDelta",
+    "Usage",
+    "UsageChunk",
+]
+
+FinishReason = Literal["stop", "tool-calls", "max-tokens", "aborted", "error"]
+BlockKind = Literal["text", "reasoning", "tool-call"]
+SystemPromptUpdate = Literal["in-history"] | None
+
+#: Failure codes the default retry policy retries (SPEC §12).
+TRANSIENT_CODES: Final = frozenset({"HTTP_429", "HTTP_5XX", "TIMEOUT", "CONNECTION", "STREAM_CUT"})
+
+
+@attrs.frozen(slots=True)
+class Failure:
+    """A normalised model-call failure."""
+
+    code: str
+    """Stable code: ``HTTP_429``, ``HTTP_5XX``, ``HTTP_4XX``, ``AUTH``, ``TIMEOUT``, ..."""
+    message: str
+    """Human-readable message (the provider's message when it sent one)."""
+    status: int | None = None
+    """HTTP status, when there was one."""
+    retry_after: float | None = None
+    """Seconds the provider asked to wait (``Retry-After``), when given."""
+
+    def to_data(self) -> dict[str, Any]:
+        """The JSON form stored in events: ``{code, message, status?, retry_after?}``."""
+        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.status is not None:
+            out["status"] = self.status
+        if self.retry_after is not None:
+            out["retry_after"] = self.retry_after
+        return out
+
+
+class ModelError(AgentLoopError):
+    """A model call failed; ``failure`` holds the normalised failure."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message, code=failure.code)
+        self.failure = failure
+
+
+@attrs.frozen(slots=True)
+class Usage:
+    """Token usage of one model call."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+    def to_data(self) -> dict[str, int]:
+        """JSON form: ``{input_tokens, output_tokens, cache_read_tokens?, reasoning_tokens?}``."""
+        out = {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+        if self.cache_read_tokens is not None:
+            out["cache_read_tokens"] = self.cache_read_tokens
+        if self.reasoning_tokens is not None:
+            out["reasoning_tokens"] = self.reasoning_tokens
+        return out
+
+
+@attrs.frozen(slots=True)
+class BlockStart:
+    """A content block opens at ``index``."""
+
+    type: ClassVar[str] = "block-start"
+    index: int
+    kind: BlockKind
+    call_id: str | None = None
+    """Tool calls: the provider's call id."""
+    name: str | None = None
+    """Tool calls: the tool name."""
+
+
+@attrs.frozen(slots=True)
+class TextDelta:
+    """Text appended to block ``index``."""
+
+    type: ClassVar[str] = "text-delta"
+    index: int
+    text: str
+
+
+@attrs.frozen(slots=True)
+class ReasoningDelta:
+    """Reasoning text appended to block ``index``."""
+
+    type: ClassVar[str] = "reasoning-delta"
+    index: int
+    text: str
+
+
+@attrs.frozen(slots=True)
+class ToolCallDelta:
+    """Raw JSON argument text appended to tool-call block ``index``."""
+
+    type: ClassVar[str] = "tool-call-delta"
+    index: int
+    arguments: str
+
+
+@attrs.frozen(slots=True)
+class BlockEnd:
+    """Block ``index`` is complete; ``metadata`` is opaque provider data kept on the block."""
+
+    type: ClassVar[str] = "block-end"
+    index: int
+    metadata: Mapping[str, Any] | None = None
+
+
+@attrs.frozen(slots=True)
+class UsageChunk:
+    """Token usage (may arrive before or after the finish)."""
+
+    type: ClassVar[str] = "usage"
+    usage: Usage
+
+
+@attrs.frozen(slots=True)
+class Finish:
+    """The model finished; ``failure`` is set exactly when ``reason == "error"``."""
+
+    type: ClassVar[str] = "finish"
+    reason: FinishReason
+    stop_reason: str | None = None
+    """The provider's own finish reason (``end_turn``, ``content_filter``, ...)."""
+    failure: Failure | None = None
+
+
+Chunk = BlockStart | TextDelta | ReasoningDelta | ToolCallDelta | BlockEnd | UsageChunk | Finish
+
+
+def _freeze_mapping(value: Mapping[str, Any]) -> FrozenDict:
+    return freeze(value)  # type: ignore[no-any-return]
+
+
+def _freeze_tuple(value: Sequence[Any]) -> Sequence[Any]:
+    return value if type(value) is tuple else tuple(value)
+
+
+@attrs.frozen(slots=True)
+class ModelRequest:
+    """What one model attempt is asked: ``{**config, messages, tools}``, frozen.
+
+    ``messages`` are derived messages (``role`` + ``content`` blocks, SPEC §4) in log order,
+    system nodes included; there is no separate system field. ``tools`` are
+    ``{name, description, parameters}`` schemas.
+    """
+
+    config: FrozenDict = attrs.field(converter=_freeze_mapping)
+    messages: Sequence[FrozenDict]
+    tools: tuple[FrozenDict, ...] = attrs.field(default=(), converter=_freeze_tuple)
+
+    @property
+    def provider(self) -> str:
+        """The provider (route) name."""
+        return str(self.config.get("provider", ""))
+
+    @property
+    def model(self) -> str:
+        """The model name."""
+        return str(self.config.get("model", ""))
+
+    @property
+    def reasoning_effort(self) -> str | None:
+        """Reasoning effort, when set."""
+        value = self.config.get("reasoning_effort")
+        return None if value is None else str(value)
+
+    @property
+    def max_tokens(self) -> int | None:
+        """Output-token cap, when set."""
+        value = self.config.get("max_tokens")
+        return None if value is None else int(value)
+
+
+StreamFn = Callable[[ModelRequest], AsyncIterator[Chunk]]
+
+
+@attrs.frozen(slots=True)
+class PreparedCall:
+    """A route resolved by ``prepare_call``: effective config, declared capabilities, stream."""
+
+    config: FrozenDict = attrs.field(converter=_freeze_mapping)
+    """The effective request config (explicit fields plus adapter defaults)."""
+    stream_fn: StreamFn
+    """``stream_fn(request)`` yields the attempt's chunks."""
+    adapter_defaults: FrozenDict = attrs.field(factory=FrozenDict, converter=_freeze_mapping)
+    """Config fields the adapter filled in (recorded in the header, dropped before the next
+    ``agent/request`` so the route resolves them again)."""
+    context_window: int | None = None
+    system_prompt_update: SystemPromptUpdate = None
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:
+        """Stream one attempt of ``request``."""
+        return self.stream_fn(request)
+
+
+@runtime_checkable
+class ModelAdapter(Protocol):
+    """A provider adapter (``openai``, ``anthropic``, ``scripted``, or your own)."""
+
+    async def prepare_call(self, config: Mapping[str, Any]) -> PreparedCall:
+        """Resolve ``config`` for this route.
+
+        Raises:
+            ModelError: the config is unusable (missing key → ``AUTH``, bad option, ...).
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release pooled connections (called when the runtime closes)."""
+        ...

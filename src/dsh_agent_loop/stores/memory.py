@@ -1,0 +1,216 @@
+"""``MemoryStore``: sessions in this process's memory (tests, simulations, the library default).
+
+It follows the same contract as the durable backends, including write ownership and the
+"never flushed leaves no trace" rule, so code tested on it behaves the same on SQLite. It
+uses no threads, so runs on it are deterministic under ``MockClock``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, final, overload
+
+import attrs
+import trio
+
+from .._frozen import freeze
+from ..errors import (
+    SessionAlreadyExistsError,
+    SessionAlreadyOwnedError,
+    SessionNotFoundError,
+)
+from ..events import Event
+from ..session.store import ReadHandle, SessionInfo, WriteHandle, info_from_events
+from ._check import new_suffix
+
+__all__ = ["MemoryStore"]
+
+
+@attrs.define(eq=False)
+class _Stored:
+    header: Mapping[str, Any]
+    events: list[Event] = attrs.Factory(list)
+    owner: _MemoryWriteHandle | None = None
+
+
+@attrs.define(eq=False)
+class _MemoryReadHandle:
+    _record: _Stored
+    _closed: bool = False
+
+    @property
+    def session_id(self) -> str:
+        return str(self._record.header["session_id"])
+
+    @property
+    def header(self) -> Mapping[str, Any]:
+        return self._record.header
+
+    async def read(self, offset: int = 0, length: int | None = None) -> list[Event]:
+        await trio.lowlevel.checkpoint()
+        end = None if length is None else offset + length
+        return self._record.events[offset:end]
+
+    async def close(self) -> None:
+        self._closed = True
+
+
+@attrs.define(eq=False)
+class _MemoryWriteHandle:
+    _store: MemoryStore
+    _record: _Stored
+    _staged: list[Event] = attrs.Factory(list)
+    _closed: bool = False
+
+    @property
+    def session_id(self) -> str:
+        return str(self._record.header["session_id"])
+
+    @property
+    def header(self) -> Mapping[str, Any]:
+        return self._record.header
+
+    @property
+    def lease_ttl(self) -> float | None:
+        return None
+
+    def _stored_at(self, seq: int) -> Event:
+        stored = self._record.events
+        return stored[seq] if seq < len(stored) else self._staged[seq - len(stored)]
+
+    async def read(self, offset: int = 0, length: int | None = None) -> list[Event]:
+        await trio.lowlevel.checkpoint()
+        end = None if length is None else offset + length
+        return (self._record.events + self._staged)[offset:end]
+
+    async def append(self, events: Sequence[Event]) -> None:
+        self._check_open()
+        next_seq = len(self._record.events) + len(self._staged)
+        self._staged.extend(new_suffix(self.session_id, next_seq, events, self._stored_at))
+        await trio.lowlevel.checkpoint()
+
+    async def flush(self) -> None:
+        self._check_open()
+        if self._staged:
+            self._record.events.extend(self._staged)
+            self._staged.clear()
+        await trio.lowlevel.checkpoint()
+
+    async def renew(self) -> None:
+        self._check_open()
+        await trio.lowlevel.checkpoint()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        with trio.CancelScope(shield=True):
+            await self.flush()
+        self._release()
+
+    async def abort(self) -> None:
+        if self._closed:
+            return
+        self._staged.clear()
+        self._release()
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
+    def _release(self) -> None:
+        self._closed = True
+        if self._record.owner is self:
+            self._record.owner = None
+        self._store._forget_if_empty(self._record)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError("write handle is closed")
+
+
+@final
+class MemoryStore:
+    """Sessions kept in memory for the life of this object."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, _Stored] = {}
+
+    async def __aenter__(self) -> MemoryStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _forget_if_empty(self, record: _Stored) -> None:
+        sid = str(record.header["session_id"])
+        if not record.events and record.owner is None and self._sessions.get(sid) is record:
+            del self._sessions[sid]
+
+    def _visible(self, session_id: str) -> _Stored | None:
+        record = self._sessions.get(session_id)
+        return record if record is not None and record.events else None
+
+    async def create(
+        self, header: Mapping[str, Any], *, inherited_events: Sequence[Event] = ()
+    ) -> WriteHandle:
+        """Create a session and take write ownership of it."""
+        await trio.lowlevel.checkpoint()
+        sid = str(header["session_id"])
+        existing = self._sessions.get(sid)
+        if existing is not None:
+            if existing.events:
+                raise SessionAlreadyExistsError(f"session {sid!r} already exists")
+            if existing.owner is not None:
+                raise SessionAlreadyOwnedError(
+                    f"session {sid!r} is owned by another writer in this process",
+                    owner="this process",
+                )
+        record = _Stored(header=freeze(dict(header)))
+        self._sessions[sid] = record
+        handle = _MemoryWriteHandle(self, record)
+        record.owner = handle
+        if inherited_events:
+            await handle.append(list(inherited_events))
+        return handle
+
+    @overload
+    async def open(self, session_id: str, mode: Literal["write"]) -> WriteHandle: ...
+    @overload
+    async def open(self, session_id: str, mode: Literal["read"] = "read") -> ReadHandle: ...
+    async def open(
+        self, session_id: str, mode: Literal["read", "write"] = "read"
+    ) -> ReadHandle | WriteHandle:
+        """Open a stored session for reading, or for writing (taking ownership)."""
+        await trio.lowlevel.checkpoint()
+        record = self._sessions.get(session_id)
+        if mode == "write" and record is not None and record.owner is not None:
+            raise SessionAlreadyOwnedError(
+                f"session {session_id!r} is owned by another writer in this process",
+                owner="this process",
+            )
+        if record is None or not record.events:
+            raise SessionNotFoundError(f"session {session_id!r} not found")
+        if mode == "read":
+            return _MemoryReadHandle(record)
+        handle = _MemoryWriteHandle(self, record)
+        record.owner = handle
+        return handle
+
+    async def list(self) -> list[SessionInfo]:
+        """List stored sessions."""
+        await trio.lowlevel.checkpoint()
+        return [
+            info_from_events(r.header, r.events) for r in self._sessions.values() if r.events
+        ]
+
+    async def stat(self, session_id: str) -> SessionInfo | None:
+        """Describe one stored session, or None when absent."""
+        await trio.lowlevel.checkpoint()
+        record = self._visible(session_id)
+        return None if record is None else info_from_events(record.header, record.events)
+
+    async def delete(self, session_id: str) -> None:
+        """Delete a session (a live owner's handle keeps writing into a detached record)."""
+        await trio.lowlevel.checkpoint()
+        self._sessions.pop(session_id, None)
+
+    async def aclose(self) -> None:
+        """Nothing to release; the sessions stay for reuse."""
+        await trio.lowlevel.checkpoint()
