@@ -1,0 +1,96 @@
+"""dsh-agent-loop: a trio-native agent runtime with durable session logs.
+
+Create or resume persisted agent sessions and drive every turn — model request, streaming
+response, tool execution, repeat — with each fact appended to a durable session log before the
+next step is derived from it.
+"""
+
+from __future__ import annotations
+
+from . import invariants as invariants
+from ._frozen import FrozenDict as FrozenDict
+from .agent.driver import Agent as Agent
+from .agent.driver import AgentScope as AgentScope
+from .agent.lifecycle import AgentHandle as AgentHandle
+from .agent.options import AgentOptions as AgentOptions
+from .agent.options import TurnBudget as TurnBudget
+from .agent.prompt import PromptAssembly as PromptAssembly
+from .agent.prompt import PromptSection as PromptSection
+from .agent.request import PreStepDecision as PreStepDecision
+from .agent.request import Retry as Retry
+from .config import RuntimeConfig as RuntimeConfig
+from .config import load_config as load_config
+from .errors import AgentAlreadyExistsError as AgentAlreadyExistsError
+from .errors import AgentLoopError as AgentLoopError
+from .errors import ConfigError as ConfigError
+from .errors import InvalidOptionError as InvalidOptionError
+from .errors import SequenceConflictError as SequenceConflictError
+from .errors import SessionAlreadyExistsError as SessionAlreadyExistsError
+from .errors import SessionAlreadyOwnedError as SessionAlreadyOwnedError
+from .errors import SessionNotFoundError as SessionNotFoundError
+from .errors import SessionOwnershipLostError as SessionOwnershipLostError
+from .errors import StoreError as StoreError
+from .events import Event as Event
+from .hooks import HookBus as HookBus
+from .llm.base import Failure as Failure
+from .llm.base import ModelRequest as ModelRequest
+from .llm.scripted import Reply as Reply
+from .llm.scripted import ScriptedModel as ScriptedModel
+from .runtime import Runtime as Runtime
+from .runtime import open_runtime as open_runtime
+from .session.store import SessionInfo as SessionInfo
+from .session.store import SessionStore as SessionStore
+from .stores.jsonl import JsonlStore as JsonlStore
+from .stores.memory import MemoryStore as MemoryStore
+from .stores.sqlite import SqliteStore as SqliteStore
+from .tools.base import Tool as Tool
+from .tools.base import ToolContext as ToolContext
+from .tools.base import ToolResult as ToolResult
+from .tools.base import tool as tool
+from .tools.pipeline import Deny as Deny
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Agent",
+    "AgentAlreadyExistsError",
+    "AgentHandle",
+    "AgentLoopError",
+    "AgentOptions",
+    "AgentScope",
+    "ConfigError",
+    "Deny",
+    "Event",
+    "Failure",
+    "FrozenDict",
+    "HookBus",
+    "InvalidOptionError",
+    "JsonlStore",
+    "MemoryStore",
+    "ModelRequest",
+    "PreStepDecision",
+    "PromptAssembly",
+    "PromptSection",
+    "Reply",
+    "Retry",
+    "Runtime",
+    "RuntimeConfig",
+    "ScriptedModel",
+    "SequenceConflictError",
+    "SessionAlreadyExistsError",
+    "SessionAlreadyOwnedError",
+    "SessionInfo",
+    "SessionNotFoundError",
+    "SessionOwnershipLostError",
+    "SessionStore",
+    "SqliteStore",
+    "StoreError",
+    "Tool",
+    "ToolContext",
+    "ToolResult",
+    "TurnBudget",
+    "invariants",
+    "load_config",
+    "open_runtime",
+    "tool",
+]

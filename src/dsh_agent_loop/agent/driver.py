@@ -1,0 +1,363 @@
+"""``Agent``: the public handle of one agent, and its driver actor (the run loop).
+
+The driver is one trio task per agent. It parks until woken, then runs turns while there is
+work (``agent/turn.py`` holds the turn/step machine). Wakes are level-triggered flags, not
+queued items: ``followup``/``steer`` set the flag and unpark the driver; ``cancel`` drops a wake
+that has not been picked up. Status becomes ``running`` synchronously when a wake is made, and
+``idle`` only after the turn's ``turn/end`` is durable, so ``wait_idle()`` returning means the
+turn is stored.
+
+Cancellation travels by the turn's cancel scope; the first cause wins. A wake that arrives
+while a cancelled turn winds down is latched and replayed once idle (disposal never latches),
+and a message steered during the wind-down goes to ``next-turn``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+import trio
+from trio_util import AsyncValue
+
+from .._frozen import FrozenDict
+from ..events import AGENT_STATUS, SESSION_EVENT, Event, make_event
+from ..hooks import HookBus, HookChain, HookScope
+from ..session.log import Session, SessionView
+from ..session.projections import NEXT_STEP, NEXT_TURN
+from .inbox import Inbox, MessageInput, Target
+from .options import AgentOptions, TurnBudget
+
+if TYPE_CHECKING:
+    from ..llm.router import ModelRouter
+    from ..session.writer import SessionWriter
+    from ..tools.base import Tool
+
+__all__ = ["Agent", "AgentScope", "AgentStatistics", "Services"]
+
+Status = Literal["idle", "running"]
+
+
+@attrs.define(eq=False)
+class Services:
+    """What a runtime lends its agents (passed explicitly; no globals)."""
+
+    router: ModelRouter
+    hooks: HookBus
+    tools: Callable[[], Mapping[str, Tool]]
+    """Runtime tools by name, read at each step."""
+    builtin: Callable[[str], Tool | None]
+    """Looks up a built-in tool by name."""
+    max_parallel_tool_calls: Callable[[], int]
+    """Read at each tool batch (live settings)."""
+    persona: Callable[[], str | None]
+    turn_budget: Callable[[], TurnBudget | None]
+    clock: Callable[[], float]
+    rng: random.Random
+
+
+class AgentScope:
+    """What ``setup(scope, agent)`` receives: scoped hooks, tools and persona for one agent."""
+
+    def __init__(self, bus: HookBus, persona: str | None) -> None:
+        self.hooks = HookScope(bus)
+        """Hook registrations that vanish with the agent."""
+        self.persona: str | None = persona
+        """The agent persona (a ``persona`` prompt section); settable."""
+        self.tools: dict[str, Tool] = {}
+        """Scoped tools, visible only to this agent."""
+
+    def add_tool(self, tool: Tool) -> Callable[[], None]:
+        """Make ``tool`` visible to this agent; returns a disposer."""
+        self.tools[tool.name] = tool
+
+        def dispose() -> None:
+            if self.tools.get(tool.name) is tool:
+                del self.tools[tool.name]
+
+        return dispose
+
+    def close(self) -> None:
+        """Drop scoped registrations."""
+        self.hooks.close()
+        self.tools.clear()
+
+
+@attrs.frozen
+class AgentStatistics:
+    """A snapshot of one agent's counters."""
+
+    turns: int
+    events: int
+    status: str
+    subscribers: int
+
+
+class _Subscriber:
+    __slots__ = ("send", "types")
+
+    def __init__(self, send: trio.MemorySendChannel[Event], types: frozenset[str] | None) -> None:
+        self.send = send
+        self.types = types
+
+
+class Agent:
+    """One agent: its inbox, its session, and the driver that runs its turns."""
+
+    def __init__(
+        self,
+        *,
+        options: AgentOptions,
+        session: Session,
+        services: Services,
+        parent: Agent | None = None,
+    ) -> None:
+        self.id: str = options.id
+        self.options = options
+        self.parent = parent
+        self._session = session
+        self.session = SessionView(session)
+        self._services = services
+        self._bus = HookBus()
+        self.hooks = HookChain(services.hooks, self._bus)
+        self.scope = AgentScope(self._bus, options.persona)
+        self.inbox = Inbox(session, self._notify)
+        self.status: AsyncValue[Status] = AsyncValue("idle")
+        self._lot = trio.lowlevel.ParkingLot()
+        self._wake_pending = False
+        self._turn_scope: trio.CancelScope | None = None
+        self.cancel_cause: str | None = None
+        self.cancel_message: str | None = None
+        self._winding_down = False
+        self._disposing = False
+        self._stopped = trio.Event()
+        self._subscribers: list[_Subscriber] = []
+        self.writer: SessionWriter | None = None
+        self.first_request = True
+        self.seen_generation = session.surface.generation
+        self.store_failure: BaseException | None = None
+        self._turns = 0
+
+    # -- identity --------------------------------------------------------------------------
+    @property
+    def session_id(self) -> str:
+        """The id of the agent's session."""
+        return self._session.id
+
+    def __repr__(self) -> str:
+        return f"<Agent {self.id!r} session={self.session_id!r} {self.status.value}>"
+
+    # -- inbox -------------------------------------------------------------------------------
+    def send(
+        self,
+        message: MessageInput,
+        target: Target = NEXT_TURN,
+        wake: bool = True,
+        *,
+        message_id: str | None = None,
+    ) -> str:
+        """Queue ``message`` in ``target`` (and wake the driver); returns the message id.
+
+        Raises:
+            ValueError: ``message_id`` is already pending.
+        """
+        if target == NEXT_STEP and self._winding_down:
+            target = NEXT_TURN
+        new_id = self.inbox.insert(message, target, message_id=message_id)
+        if wake:
+            self._wake()
+        return new_id
+
+    def followup(self, message: MessageInput, *, message_id: str | None = None) -> str:
+        """Queue a prompt for the next turn and wake the driver."""
+        return self.send(message, NEXT_TURN, True, message_id=message_id)
+
+    def steer(self, message: MessageInput, *, message_id: str | None = None) -> str:
+        """Queue guidance for the next step and wake the driver."""
+        return self.send(message, NEXT_STEP, True, message_id=message_id)
+
+    def inject(self, message: MessageInput, *, message_id: str | None = None) -> str:
+        """Queue context for the next step without waking the driver."""
+        return self.send(message, NEXT_STEP, False, message_id=message_id)
+
+    def _wake(self) -> None:
+        if self._disposing:
+            return
+        self._wake_pending = True
+        self._set_status("running")
+        self._lot.unpark()
+
+    def has_work(self) -> bool:
+        """True when either inbox list has a pending message."""
+        return len(self.inbox) > 0
+
+    # -- cancellation ------------------------------------------------------------------------
+    def cancel(
+        self, cause: str = "user", keep_inbox: bool = False, *, message: str | None = None
+    ) -> None:
+        """Abort the running turn (the first cause wins); clear the inbox unless ``keep_inbox``."""
+        if not keep_inbox:
+            self.inbox.clear()
+        self._wake_pending = False
+        scope = self._turn_scope
+        if scope is not None:
+            if self.cancel_cause is None:
+                self.cancel_cause = cause
+                self.cancel_message = message
+            self._winding_down = True
+            scope.cancel()
+        self._lot.unpark()
+
+    async def wait_idle(self) -> None:
+        """Wait until the driver is parked: no open turn and no unprocessed wake."""
+        await self.status.wait_value("idle")
+
+    # -- notifications -----------------------------------------------------------------------
+    def listening(self, event_type: str) -> bool:
+        """True when someone would receive notification ``event_type``."""
+        return bool(self._subscribers) or self.hooks.has("on", event_type)
+
+    def _notify(self, event_type: str, data: Mapping[str, Any]) -> None:
+        if not self.listening(event_type):
+            return
+        payload = dict(data)
+        payload.setdefault("agent_id", self.id)
+        self.publish(make_event(event_type, None, self._services.clock(), FrozenDict(payload)))
+
+    notify = _notify
+
+    def publish(self, event: Event) -> None:
+        """Deliver ``event`` to subscribers and ``on`` observers of its type."""
+        for sub in tuple(self._subscribers):
+            if sub.types is not None and event.type not in sub.types:
+                continue
+            try:
+                sub.send.send_nowait(event)
+            except trio.WouldBlock:
+                sub.send.close()  # fell max_buffer behind: the agent never blocks on a reader
+                self._subscribers.remove(sub)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._subscribers.remove(sub)
+        self.hooks.emit(event.type, event)
+
+    def on_commit(self, batch: Iterable[Event]) -> None:
+        """Called by the session writer after a commit: publish the committed events."""
+        if not self._subscribers and not self.hooks.has("on", SESSION_EVENT):
+            return
+        for event in batch:
+            for sub in tuple(self._subscribers):
+                if sub.types is None or event.type in sub.types:
+                    try:
+                        sub.send.send_nowait(event)
+                    except trio.WouldBlock:
+                        sub.send.close()
+                        self._subscribers.remove(sub)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        self._subscribers.remove(sub)
+            if self.hooks.has("on", SESSION_EVENT):
+                self.hooks.emit(
+                    SESSION_EVENT,
+                    make_event(
+                        SESSION_EVENT,
+                        None,
+                        event.time,
+                        FrozenDict(session_id=self.session_id, agent_id=self.id, event=event),
+                    ),
+                )
+
+    @asynccontextmanager
+    async def subscribe(
+        self, types: Iterable[str] | None = None, max_buffer: int = 1024
+    ) -> AsyncIterator[trio.MemoryReceiveChannel[Event]]:
+        """Receive this agent's committed events and notifications (``seq=None``).
+
+        A subscriber that falls ``max_buffer`` behind has its channel closed.
+        """
+        send, recv = trio.open_memory_channel[Event](max_buffer)
+        sub = _Subscriber(send, frozenset(types) if types is not None else None)
+        self._subscribers.append(sub)
+        try:
+            async with recv:
+                yield recv
+        finally:
+            if sub in self._subscribers:
+                self._subscribers.remove(sub)
+            send.close()
+
+    def _set_status(self, status: Status) -> None:
+        if self.status.value != status:
+            self.status.value = status
+            self._notify(AGENT_STATUS, {"status": status})
+
+    # -- the driver --------------------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The driver actor: run turns while there is work, until disposed."""
+        from .turn import run_turn
+
+        task_status.started()
+        try:
+            while True:
+                while not self._wake_pending and not self._disposing:
+                    self._set_status("idle")
+                    await self._lot.park()
+                if self._disposing:
+                    return
+                self._wake_pending = False
+                if not self.has_work():
+                    continue
+                self._turns += 1
+                self._turn_scope = trio.CancelScope()
+                self.cancel_cause = self.cancel_message = None
+                self._winding_down = False
+                continue_after = await run_turn(self, self._turn_scope)
+                self._winding_down = False
+                if self.store_failure is not None:
+                    return
+                if continue_after and self.has_work() and not self._disposing:
+                    self._wake_pending = True
+        finally:
+            self._set_status("idle")
+            self._stopped.set()
+
+    def end_turn_scope(self) -> None:
+        """Called by the turn machine once ``turn/end`` is appended."""
+        self._turn_scope = None
+
+    @property
+    def services(self) -> Services:
+        """The runtime services this agent uses."""
+        return self._services
+
+    @property
+    def log(self) -> Session:
+        """The agent's (writable) session; for the turn machine and lifecycle."""
+        return self._session
+
+    async def stop(self, cause: str = "disposed") -> None:
+        """Cancel the running turn (keeping the inbox), stop the driver, and wait for it."""
+        self.cancel(cause, keep_inbox=True)
+        self._disposing = True
+        self._lot.unpark_all()
+        await self._stopped.wait()
+
+    @property
+    def stopped(self) -> bool:
+        """True once the driver task has ended."""
+        return self._stopped.is_set()
+
+    async def flush(self) -> None:
+        """Wait until everything appended to the session is durable."""
+        if self.writer is not None:
+            await self.writer.flush()
+
+    def statistics(self) -> AgentStatistics:
+        """A snapshot of this agent's counters."""
+        return AgentStatistics(
+            turns=self._turns,
+            events=len(self._session),
+            status=self.status.value,
+            subscribers=len(self._subscribers),
+        )

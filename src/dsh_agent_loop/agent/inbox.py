@@ -1,0 +1,182 @@
+"""The agent's inbox API: every change is one ``agent/inbox/spliced`` event (SPEC §5).
+
+Two pending lists, ``next-turn`` (follow-up prompts) and ``next-step`` (steering and injected
+context). Insert, edit, remove, claim and clear are all splices at list coordinates; the API
+normalises coordinates like Python slices, so a stored splice is always in range. The session's
+inbox projection folds each splice synchronously; this class only builds splices and publishes
+the ``inserted`` / ``claimed`` / ``discarded`` notifications.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+from .._frozen import FrozenDict, freeze
+from ..events import INBOX_CLAIMED, INBOX_DISCARDED, INBOX_INSERTED, INBOX_SPLICED
+from ..session.log import Session
+from ..session.projections import NEXT_STEP, NEXT_TURN
+
+__all__ = ["Inbox", "MessageInput", "Target", "user_message"]
+
+Target = Literal["next-turn", "next-step"]
+MessageInput = str | Sequence[Mapping[str, Any]] | Mapping[str, Any]
+_TARGETS = (NEXT_TURN, NEXT_STEP)
+
+
+def user_message(
+    message_id: str, content: MessageInput, source: str | None = None
+) -> FrozenDict:
+    """Build a model-facing user message ``{role, id, content, source?}``."""
+    if isinstance(content, str):
+        blocks: Any = (FrozenDict(type="text", text=content),)
+    elif isinstance(content, Mapping):
+        if "content" in content:
+            return user_message(message_id, content["content"], content.get("source", source))
+        blocks = (freeze(content),)
+    else:
+        blocks = freeze(list(content))
+    data: dict[str, Any] = {"role": "user", "id": message_id, "content": blocks}
+    if source is not None:
+        data["source"] = source
+    return FrozenDict(data)
+
+
+class Inbox:
+    """Pending messages of one agent, backed by its session log."""
+
+    def __init__(self, session: Session, notify: Callable[[str, Mapping[str, Any]], None]) -> None:
+        self._session = session
+        self._notify = notify
+
+    # -- reading ---------------------------------------------------------------------------
+    def pending(self, target: Target) -> tuple[FrozenDict, ...]:
+        """Messages pending in ``target``, oldest first."""
+        return tuple(self._list(target))
+
+    @property
+    def next_turn(self) -> tuple[FrozenDict, ...]:
+        """Pending follow-up prompts."""
+        return self.pending(NEXT_TURN)
+
+    @property
+    def next_step(self) -> tuple[FrozenDict, ...]:
+        """Pending steering and injected context."""
+        return self.pending(NEXT_STEP)
+
+    def __len__(self) -> int:
+        lists = self._session.inbox.lists
+        return len(lists[NEXT_TURN]) + len(lists[NEXT_STEP])
+
+    def _list(self, target: str) -> list[FrozenDict]:
+        if target not in _TARGETS:
+            raise ValueError(f"unknown inbox target {target!r} (use 'next-turn' or 'next-step')")
+        return self._session.inbox.lists[target]
+
+    def find(self, message_id: str) -> tuple[Target, int] | None:
+        """Where message ``message_id`` is pending, or None."""
+        for target in _TARGETS:
+            for i, message in enumerate(self._session.inbox.lists[target]):
+                if message["id"] == message_id:
+                    return target, i  # type: ignore[return-value]
+        return None
+
+    # -- changing -------------------------------------------------------------------------
+    def new_id(self) -> str:
+        """A fresh ``m-<n>`` id (counted per session)."""
+        return f"m-{self._session.inbox.max_id + 1}"
+
+    def splice(
+        self,
+        target: Target,
+        start: int | None,
+        stop: int | None,
+        inserted: Sequence[FrozenDict] = (),
+        *,
+        outcome: Literal["canceled"] | None = "canceled",
+    ) -> None:
+        """Replace ``target[start:stop]`` with ``inserted`` (slice coordinates, normalised).
+
+        Removed messages are discarded (``outcome="canceled"``) or claimed (``outcome=None``).
+
+        Raises:
+            ValueError: an inserted id is already pending (``message "<id>" is already pending``).
+        """
+        items = self._list(target)
+        begin, end, _ = slice(start, stop).indices(len(items))
+        end = max(begin, end)
+        removed = items[begin:end]
+        pending = {m["id"] for lst in self._session.inbox.lists.values() for m in lst}
+        pending.difference_update(m["id"] for m in removed)
+        for message in inserted:
+            if message["id"] in pending:
+                raise ValueError(f'message "{message["id"]}" is already pending')
+            pending.add(message["id"])
+        if not removed and not inserted:
+            return
+        data: dict[str, Any] = {
+            "target": target,
+            "start": begin,
+            "removed_count": len(removed),
+            "inserted": tuple(inserted),
+        }
+        if removed and outcome is not None:
+            data["outcome"] = outcome
+        self._session.add(INBOX_SPLICED, FrozenDict(data))
+        kind = INBOX_DISCARDED if outcome is not None else INBOX_CLAIMED
+        for message in removed:
+            self._notify(kind, {"message": message})
+        for message in inserted:
+            self._notify(INBOX_INSERTED, {"message": message})
+
+    def insert(
+        self,
+        content: MessageInput,
+        target: Target = NEXT_TURN,
+        *,
+        index: int | None = None,
+        message_id: str | None = None,
+        source: str | None = None,
+    ) -> str:
+        """Queue a message (at the end, or at ``index``) and return its id."""
+        message = user_message(message_id or self.new_id(), content, source)
+        at = len(self._list(target)) if index is None else index
+        self.splice(target, at, at, (message,))
+        return str(message["id"])
+
+    def edit(self, message_id: str, content: MessageInput) -> None:
+        """Replace the content of a pending message (same id, same place).
+
+        Raises:
+            KeyError: no pending message has this id.
+        """
+        found = self.find(message_id)
+        if found is None:
+            raise KeyError(message_id)
+        target, i = found
+        old = self._list(target)[i]
+        message = user_message(message_id, content, old.get("source"))
+        self.splice(target, i, i + 1, (message,))
+
+    def remove(self, message_id: str) -> bool:
+        """Discard a pending message; False when it was not pending."""
+        found = self.find(message_id)
+        if found is None:
+            return False
+        target, i = found
+        self.splice(target, i, i + 1)
+        return True
+
+    def clear(self) -> None:
+        """Discard everything: one canceled splice per non-empty list, next-step first."""
+        for target in (NEXT_STEP, NEXT_TURN):
+            if self._list(target):
+                self.splice(target, 0, None)  # type: ignore[arg-type]
+
+    def claim(self, target: Target, count: int | None = None) -> tuple[FrozenDict, ...]:
+        """Take the first ``count`` (all when None) messages of ``target`` (the loop only)."""
+        items = self._list(target)
+        taken = tuple(items[: len(items) if count is None else count])
+        if taken:
+            self.splice(target, 0, len(taken), outcome=None)
+        return taken

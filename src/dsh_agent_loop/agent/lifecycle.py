@@ -1,0 +1,355 @@
+"""Create, resume and teardown of agents (SPEC §13), and the runtime's agent registry.
+
+Create is one rollback-protected transaction: take write ownership (``store.create``), build the
+session, agent and scope, append the seed and ``session/end-seed``, await ``setup``, emit
+``session/created`` (a raising listener vetoes), hand the unstored suffix to the write handle,
+enter the registries, emit ``agent/created`` — publication — then ``agent/session-start``, and
+start the writer and the driver. Before publication nothing is flushed; any failure up to it
+aborts the handle (unflushed events dropped, ownership released, no trace of a never-flushed
+session), so the same id can be retried.
+
+Resume opens the session for write, replays its log, appends the crash-repair closers, and
+continues on the same path. Teardown is memoised and exact: cancel (``disposed``), wait for the
+driver, close the scope, close the writer and its handle, then detach the agent and the session
+— each detach bound to the exact entry that was entered, so a stale disposer cannot remove a
+newer agent with the same id.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from .._frozen import FrozenDict
+from ..errors import AgentAlreadyExistsError, SessionNotFoundError
+from ..events import (
+    AGENT_CREATED,
+    AGENT_DISPOSED,
+    AGENT_SESSION_START,
+    SESSION_CREATED,
+    SESSION_DISPOSED,
+    SESSION_END_SEED,
+    Event,
+    make_event,
+)
+from ..session.log import Session
+from ..session.repair import repair_events
+from ..session.store import FORMAT_VERSION, SessionStore, WriteHandle
+from ..session.writer import SessionWriter
+from .driver import Agent, AgentScope, Services
+from .options import AgentOptions
+
+if TYPE_CHECKING:
+    from ..hooks import HookBus
+
+__all__ = ["AgentHandle", "Agents"]
+
+Setup = Callable[[AgentScope, Agent], Awaitable[None]]
+
+
+class AgentHandle:
+    """Owns one live agent; ``dispose()`` tears it down exactly once."""
+
+    def __init__(self, agents: Agents, agent: Agent, writer: SessionWriter) -> None:
+        self.agent = agent
+        self._agents = agents
+        self._writer = writer
+        self._done: trio.Event | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def session_id(self) -> str:
+        """The agent's session id."""
+        return self.agent.session_id
+
+    async def dispose(self) -> None:
+        """Tear the agent down (idempotent; concurrent callers wait for the first).
+
+        Raises:
+            BaseExceptionGroup: several teardown steps failed (each is in the group).
+        """
+        if self._done is not None:
+            await self._done.wait()
+            if self._error is not None:
+                raise self._error
+            return
+        self._done = trio.Event()
+        try:
+            with trio.CancelScope(shield=True):
+                await self._teardown()
+        except BaseException as exc:
+            self._error = exc
+            raise
+        finally:
+            self._done.set()
+
+    async def _teardown(self) -> None:
+        errors: list[Exception] = []
+        agent = self.agent
+        for step in (self._stop_driver, self._close_scope, self._close_writer):
+            try:
+                await step()
+            except Exception as exc:
+                errors.append(exc)
+        self._agents._detach(self)
+        self._agents._emit(SESSION_DISPOSED, {"session_id": agent.session_id, "agent_id": agent.id})
+        self._agents._emit(AGENT_DISPOSED, {"agent_id": agent.id, "session_id": agent.session_id})
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:
+            raise ExceptionGroup(f"disposing agent {agent.id!r} failed", errors)
+
+    async def _stop_driver(self) -> None:
+        await self.agent.stop("disposed")
+
+    async def _close_scope(self) -> None:
+        self.agent.scope.close()
+
+    async def _close_writer(self) -> None:
+        await self._writer.aclose()
+        if self._writer.failure is not None and self.agent.store_failure is None:
+            raise self._writer.failure
+
+
+class Agents:
+    """``rt.agents``: create, resume, look up and list live agents."""
+
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        services: Services,
+        hooks: HookBus,
+        nursery: trio.Nursery,
+        initiator: Agent | None = None,
+        shared: dict[str, Any] | None = None,
+    ) -> None:
+        self._store = store
+        self._services = services
+        self._hooks = hooks
+        self._nursery = nursery
+        self._initiator = initiator
+        # The registries are shared with views made by with_initiator().
+        self._shared = shared if shared is not None else {"agents": {}, "sessions": {}, "reserved": set()}
+
+    @property
+    def _live(self) -> dict[str, AgentHandle]:
+        return self._shared["agents"]  # type: ignore[no-any-return]
+
+    @property
+    def _sessions(self) -> dict[str, AgentHandle]:
+        return self._shared["sessions"]  # type: ignore[no-any-return]
+
+    def with_initiator(self, agent: Agent) -> Agents:
+        """A view whose ``create``/``resume`` make sub-agents of ``agent`` by default."""
+        return Agents(store=self._store, services=self._services, hooks=self._hooks,
+                      nursery=self._nursery, initiator=agent, shared=self._shared)
+
+    def get(self, agent_id: str) -> Agent | None:
+        """The live agent with this id, or None."""
+        handle = self._live.get(agent_id)
+        return None if handle is None else handle.agent
+
+    def handle(self, agent_id: str) -> AgentHandle | None:
+        """The handle of the live agent with this id, or None."""
+        return self._live.get(agent_id)
+
+    def list(self) -> list[Agent]:
+        """Live agents in creation order."""
+        return [h.agent for h in self._live.values()]
+
+    def handles(self) -> list[AgentHandle]:
+        """Handles of live agents in creation order."""
+        return list(self._live.values())
+
+    def _emit(self, name: str, data: dict[str, Any]) -> None:
+        if self._hooks.has("on", name):
+            event = make_event(name, None, self._services.clock(), FrozenDict(data))
+            for fn in self._hooks._fns("on", name):
+                fn(event)
+
+    # -- create / resume ----------------------------------------------------------------------
+    async def create(
+        self,
+        session_id: str | None = None,
+        options: AgentOptions | None = None,
+        setup: Setup | None = None,
+        parent_agent: Agent | None = None,
+        *,
+        inherited_events: Sequence[Event] = (),
+    ) -> AgentHandle:
+        """Create an agent on a new session (see the module docstring for the transaction).
+
+        Raises:
+            InvalidOptionError: bad options. AgentAlreadyExistsError: the id is live.
+            SessionAlreadyExistsError: the session id is taken. Anything ``setup`` or a
+            ``session/created`` listener raised (the creation is rolled back).
+        """
+        if options is None:
+            raise TypeError("create() needs options=AgentOptions(id=...)")
+        options.validate()
+        parent = parent_agent or self._initiator
+        sid = session_id or f"{options.id}-session-{uuid.uuid4()}"
+        header: dict[str, Any] = {
+            "session_id": sid,
+            "agent_id": options.id,
+            "created_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "format_version": FORMAT_VERSION,
+        }
+        if options.cwd is not None:
+            header["cwd"] = options.cwd
+        if parent is not None:
+            header["parent_session_id"] = parent.session_id
+        with self._reserve(options.id):
+            handle = await self._store.create(header, inherited_events=inherited_events)
+            seed_data = FrozenDict(inherited=True) if inherited_events else FrozenDict()
+
+            def build() -> tuple[Session, int]:
+                session = Session(header, clock=self._services.clock, events=inherited_events)
+                session.add(SESSION_END_SEED, seed_data)
+                return session, -1
+
+            return await self._publish(handle, build, options, setup, parent, "create")
+
+    async def resume(
+        self,
+        session_id: str,
+        options: AgentOptions | None = None,
+        setup: Setup | None = None,
+        parent_agent: Agent | None = None,
+        *,
+        create_if_missing: bool = False,
+    ) -> AgentHandle:
+        """Resume a stored session (crash repair included); optionally create it if missing.
+
+        Raises:
+            SessionNotFoundError: absent and not ``create_if_missing``.
+            SessionAlreadyOwnedError: another live writer owns it.
+        """
+        if options is None:
+            raise TypeError("resume() needs options=AgentOptions(id=...)")
+        options.validate()
+        parent = parent_agent or self._initiator
+        with self._reserve(options.id):
+            try:
+                handle = await self._store.open(session_id, "write")
+            except SessionNotFoundError:
+                if not create_if_missing:
+                    raise
+                handle = None
+            if handle is None:
+                pass
+            else:
+                return await self._resume_open(handle, options, setup, parent)
+        return await self.create(session_id, options, setup, parent)
+
+    async def _resume_open(
+        self, handle: WriteHandle, options: AgentOptions, setup: Setup | None, parent: Agent | None
+    ) -> AgentHandle:
+        try:
+            stored = await handle.read()
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await handle.abort()
+            raise
+
+        def build() -> tuple[Session, int]:
+            session = Session(handle.header, clock=self._services.clock, events=stored)
+            closers = repair_events(stored, self._services.clock())
+            if closers:
+                session.append(*closers)
+            session.add(SESSION_END_SEED, FrozenDict())
+            return session, len(stored) - 1
+
+        return await self._publish(handle, build, options, setup, parent, "resume")
+
+    def _reserve(self, agent_id: str) -> _Reservation:
+        if agent_id in self._live or agent_id in self._shared["reserved"]:
+            raise AgentAlreadyExistsError(f"agent {agent_id!r} already exists")
+        return _Reservation(self._shared["reserved"], agent_id)
+
+    async def _publish(
+        self,
+        handle: WriteHandle,
+        build: Callable[[], tuple[Session, int]],
+        options: AgentOptions,
+        setup: Setup | None,
+        parent: Agent | None,
+        source: str,
+    ) -> AgentHandle:
+        entered: AgentHandle | None = None
+        try:
+            session, durable_seq = build()
+            agent = Agent(options=options, session=session, services=self._services, parent=parent)
+            _check_tools(agent)
+            if setup is not None:
+                await setup(agent.scope, agent)
+            self._emit(SESSION_CREATED, {"session_id": session.id, "agent_id": agent.id, "source": source})
+            await handle.append(session.take_pending())  # the unstored suffix, not yet flushed
+            writer = SessionWriter(session, handle, durable_seq=durable_seq, on_commit=agent.on_commit)
+            agent.writer = writer
+            entered = AgentHandle(self, agent, writer)
+            self._live[agent.id] = entered
+            self._sessions[session.id] = entered
+            self._emit(AGENT_CREATED, {"agent_id": agent.id, "session_id": session.id})
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                if entered is not None:
+                    self._detach(entered)
+                await handle.abort()
+            raise
+        self._emit(AGENT_SESSION_START, {"agent_id": agent.id, "session_id": session.id, "source": source})
+        await self._nursery.start(writer.run)
+        await self._nursery.start(self._drive, entered)
+        if source == "resume" and agent.inbox.next_turn:
+            agent._wake()  # queued work survives a crash and goes on
+        return entered
+
+    async def _drive(self, handle: AgentHandle, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await handle.agent.run(task_status=task_status)
+        if handle.agent.store_failure is not None:
+            await handle.dispose()  # a store failure stops this agent; the others go on
+
+    def _detach(self, handle: AgentHandle) -> None:
+        agent = handle.agent
+        if self._live.get(agent.id) is handle:
+            del self._live[agent.id]
+        if self._sessions.get(agent.session_id) is handle:
+            del self._sessions[agent.session_id]
+
+    async def dispose_all(self) -> None:
+        """Dispose every live agent concurrently (runtime shutdown)."""
+        handles = list(self._live.values())
+        if not handles:
+            return
+        async with trio.open_nursery() as nursery:
+            for handle in handles:
+                nursery.start_soon(handle.dispose)
+
+
+def _check_tools(agent: Agent) -> None:
+    names = agent.options.tools
+    if names is None:
+        return
+    runtime = agent.services.tools()
+    unknown = [n for n in names if n not in runtime and agent.services.builtin(n) is None]
+    if unknown:
+        from ..errors import InvalidOptionError
+
+        raise InvalidOptionError(f"unknown tool name(s) in options.tools: {', '.join(unknown)}")
+
+
+class _Reservation:
+    def __init__(self, reserved: set[str], agent_id: str) -> None:
+        self._reserved = reserved
+        self._id = agent_id
+
+    def __enter__(self) -> None:
+        self._reserved.add(self._id)
+
+    def __exit__(self, *exc: object) -> None:
+        self._reserved.discard(self._id)

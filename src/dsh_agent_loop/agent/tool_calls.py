@@ -1,0 +1,340 @@
+"""Runs one step's tool calls: admission in model order, a bounded rolling pool, exclusive
+barriers, keyed serialisation, and results committed in model order (SPEC §10–§11).
+
+Admission walks the calls in model order, one at a time: resolve the tool, parse and validate
+the arguments, run ``tools/pre-execute``. A rejected call gets its ``tool/call`` and error result
+at its place. A parallel call then takes a pool slot (``trio.CapacityLimiter``, first come first
+served because admission is sequential) and only then is dispatched: its ``tool/call`` is
+appended. Calls dispatched in one scheduler pass share one flush, and no handler starts before
+the flush that covers its ``tool/call`` (a side effect exists only if its call was durable). An
+exclusive call waits for every earlier call, runs alone, and holds back every later one.
+
+Results are appended strictly in model order as they become ready, whatever the completion
+order. On cancel or failure, ``close_remaining`` (synchronous) settles every call: dispatched
+ones without a result get ``ABORTED`` (or ``ABORTED_BEFORE_DISPATCH`` if their handler never
+started); calls never dispatched get a ``tool/call`` and ``ABORTED_BEFORE_DISPATCH``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from .._frozen import FrozenDict, freeze
+from ..events import (
+    HOOK_TOOLS_EXECUTE,
+    HOOK_TOOLS_POST_EXECUTE,
+    HOOK_TOOLS_PRE_EXECUTE,
+    HOOK_TOOLS_RESULT,
+    TOOL_CALL,
+    TOOL_RESULT,
+    make_event,
+)
+from ..session.records import tool_call_data, tool_result_data
+from ..tools.base import ArgumentsError, Tool, ToolContext, ToolResult, parse_arguments
+from ..tools.pipeline import ABORTED_BEFORE_DISPATCH_TEXT, ABORTED_TEXT, Deny
+
+if TYPE_CHECKING:
+    from ..hooks import HookChain
+    from ..session.log import Session
+
+__all__ = ["ToolBatch"]
+
+_ERROR_NAMES = {
+    "UNKNOWN_TOOL": "UnknownTool",
+    "INVALID_ARGUMENTS": "InvalidArguments",
+    "DENIED": "Denied",
+    "ABORTED": "Aborted",
+    "ABORTED_BEFORE_DISPATCH": "AbortedBeforeDispatch",
+}
+
+
+class _Call:
+    __slots__ = (
+        "arguments",
+        "block",
+        "call_seq",
+        "done",
+        "error_name",
+        "result",
+        "started",
+        "tool",
+    )
+
+    def __init__(self, block: FrozenDict) -> None:
+        self.block = block
+        self.tool: Tool | None = None
+        self.arguments: dict[str, Any] | None = None
+        self.call_seq: int | None = None
+        self.started = False
+        self.result: ToolResult | None = None
+        self.error_name: str | None = None
+        self.done: trio.Event | None = None
+
+    def finish(self, result: ToolResult, error_name: str | None = None) -> None:
+        self.result = result
+        self.error_name = error_name
+        if self.done is not None:
+            self.done.set()
+
+
+class ToolBatch:
+    """The tool calls of one assistant message, from admission to committed results."""
+
+    def __init__(
+        self,
+        *,
+        session: Session,
+        hooks: HookChain,
+        tools: Mapping[str, Tool],
+        blocks: Sequence[FrozenDict],
+        turn: int,
+        step: int,
+        limit: int,
+        flush: Callable[[], Awaitable[None]],
+        context: Callable[[str], ToolContext],
+        inject: Callable[[str], None],
+        agent: Any,
+    ) -> None:
+        self._session = session
+        self._hooks = hooks
+        self._tools = tools
+        self._calls = [_Call(b) for b in blocks]
+        self._turn = turn
+        self._step = step
+        self._limiter = trio.CapacityLimiter(max(1, limit))
+        self._flush = flush
+        self._context = context
+        self._inject = inject
+        self._agent = agent
+        self._head = 0
+        self._to_start: list[_Call] = []
+        self._key_tails: dict[Any, trio.Event] = {}
+        self._key_wait: dict[int, trio.Event] = {}
+        self.concludes_turn = False
+        """True when a committed result asked to end the turn."""
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    # -- admission ---------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Admit, run and commit every call (cancellation leaves work for ``close_remaining``)."""
+        if len(self._calls) == 1:
+            await self._run_single(self._calls[0])
+            return
+        async with trio.open_nursery() as nursery:
+            for call in self._calls:
+                await self._admit(call, nursery)
+            await self._start_pending(nursery)
+
+    async def _run_single(self, call: _Call) -> None:
+        # One call needs no nursery: admit, flush, run inline.
+        if await self._policy(call):
+            self._dispatch(call)
+            await self._flush()
+            await self._execute(call, held_slot=False)
+
+    async def _admit(self, call: _Call, nursery: trio.Nursery) -> None:
+        if not await self._policy(call):
+            return
+        assert call.tool is not None
+        if call.tool.execution_mode == "exclusive":
+            await self._start_pending(nursery)
+            await self._wait_all_before(call)
+            self._dispatch(call)
+            await self._flush()
+            await self._execute(call, held_slot=False)
+            return
+        try:
+            self._limiter.acquire_on_behalf_of_nowait(call)
+        except trio.WouldBlock:
+            await self._start_pending(nursery)
+            await self._limiter.acquire_on_behalf_of(call)
+        self._dispatch(call)
+        self._to_start.append(call)
+
+    async def _start_pending(self, nursery: trio.Nursery) -> None:
+        if not self._to_start:
+            return
+        batch, self._to_start = self._to_start, []
+        await self._flush()
+        for call in batch:
+            nursery.start_soon(self._execute, call, True)
+
+    async def _wait_all_before(self, call: _Call) -> None:
+        for other in self._calls:
+            if other is call:
+                return
+            if other.result is None and other.done is not None:
+                await other.done.wait()
+
+    async def _policy(self, call: _Call) -> bool:
+        """Resolve, validate and ask ``tools/pre-execute``; False: the call was rejected."""
+        name = call.block["name"]
+        tool = self._tools.get(name)
+        if tool is None:
+            self._reject(call, "UNKNOWN_TOOL", f"Error: unknown tool {name!r}")
+            return False
+        try:
+            arguments = parse_arguments(tool, call.block.get("arguments", ""))
+        except ArgumentsError as exc:
+            self._reject(call, "INVALID_ARGUMENTS", f"Error: invalid arguments for {name}: {exc}")
+            return False
+        if self._hooks.has("waterfall", HOOK_TOOLS_PRE_EXECUTE):
+            payload = {"agent": self._agent, "call_id": call.block["call_id"], "name": name,
+                       "arguments": arguments, "turn": self._turn, "step": self._step}
+
+            async def allow(p: Any) -> Any:
+                return p
+
+            decision = await self._hooks.waterfall(HOOK_TOOLS_PRE_EXECUTE, payload, allow)
+            if isinstance(decision, Deny):
+                self._reject(call, "DENIED", f"Error: tool call denied: {decision.reason}")
+                return False
+            if isinstance(decision, Mapping) and decision.get("arguments") is not arguments:
+                try:
+                    arguments = dict(decision["arguments"])
+                    tool.validate(arguments)
+                except (ArgumentsError, KeyError, TypeError, ValueError) as exc:
+                    self._reject(call, "INVALID_ARGUMENTS", f"Error: invalid arguments for {name}: {exc}")
+                    return False
+        call.tool = tool
+        call.arguments = arguments
+        call.done = trio.Event()
+        return True
+
+    def _append_call(self, call: _Call) -> None:
+        data = tool_call_data(self._turn, self._step, call.block)
+        call.call_seq = self._session.add(TOOL_CALL, data).seq
+
+    def _reject(self, call: _Call, code: str, text: str) -> None:
+        self._append_call(call)
+        call.finish(ToolResult(content=text, error=code), _ERROR_NAMES[code])
+        self._commit_ready()
+
+    def _dispatch(self, call: _Call) -> None:
+        self._append_call(call)
+        if call.tool is not None and call.tool.concurrency_key is not None and call.arguments is not None:
+            key = call.tool.concurrency_key(call.arguments)
+            if key is not None:
+                previous = self._key_tails.get(key)
+                assert call.done is not None
+                self._key_tails[key] = call.done
+                if previous is not None:
+                    self._key_wait[id(call)] = previous
+
+    # -- execution --------------------------------------------------------------------------
+    async def _execute(self, call: _Call, held_slot: bool) -> None:
+        result: ToolResult | None = None
+        error_name: str | None = None
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            previous = self._key_wait.pop(id(call), None) if self._key_wait else None
+            if previous is not None:
+                await previous.wait()
+            call.started = True
+            result, error_name = await self._invoke(call)
+        finally:
+            self.in_flight -= 1
+            if held_slot:
+                self._limiter.release_on_behalf_of(call)
+            if result is None:
+                if call.started:
+                    result, error_name = ToolResult(ABORTED_TEXT, error="ABORTED"), "Aborted"
+                else:
+                    result = ToolResult(ABORTED_BEFORE_DISPATCH_TEXT, error="ABORTED_BEFORE_DISPATCH")
+                    error_name = "AbortedBeforeDispatch"
+            call.finish(result, error_name)
+            self._commit_ready()
+
+    async def _invoke(self, call: _Call) -> tuple[ToolResult, str | None]:
+        tool, arguments = call.tool, call.arguments
+        assert tool is not None and arguments is not None
+        context = self._context(call.block["call_id"])
+
+        async def run_handler(payload: Any) -> Any:
+            try:
+                value = await tool.handler(payload["arguments"], context)
+            except Exception as exc:  # a raising tool is a result the model reads
+                return _Failed(exc)
+            return value if isinstance(value, ToolResult) else ToolResult(content=str(value))
+
+        payload = {"agent": self._agent, "call_id": call.block["call_id"], "name": tool.name,
+                   "arguments": arguments, "turn": self._turn, "step": self._step}
+        if self._hooks.has("waterfall", HOOK_TOOLS_EXECUTE):
+            value = await self._hooks.waterfall(HOOK_TOOLS_EXECUTE, payload, run_handler)
+        else:
+            value = await run_handler(payload)
+        if isinstance(value, _Failed):
+            exc = value.exc
+            return ToolResult(f"Error: {type(exc).__name__}: {exc}", error="TOOL_ERROR"), type(exc).__name__
+        if isinstance(value, str):
+            value = ToolResult(content=value)
+        if not isinstance(value, ToolResult):
+            raise TypeError(f"tools/execute returned {type(value).__name__}, not a ToolResult")
+        if self._hooks.has("waterfall", HOOK_TOOLS_POST_EXECUTE):
+
+            async def keep(p: Any) -> Any:
+                return p["result"]
+
+            value = await self._hooks.waterfall(HOOK_TOOLS_POST_EXECUTE, {**payload, "result": value}, keep)
+            if not isinstance(value, ToolResult):
+                raise TypeError("tools/post-execute must return a ToolResult")
+        return value, None
+
+    # -- commits ----------------------------------------------------------------------------
+    def _commit_ready(self) -> None:
+        calls = self._calls
+        while self._head < len(calls) and calls[self._head].result is not None:
+            self._commit(calls[self._head])
+            self._head += 1
+
+    def _commit(self, call: _Call) -> None:
+        result = call.result
+        assert result is not None and call.call_seq is not None
+        error = None if result.error is None else (call.error_name or result.error, result.error)
+        meta = None if result.meta is None else freeze(result.meta)
+        data = tool_result_data(self._turn, self._step, call.block, result.content, error=error, meta=meta)
+        event = self._session.add(TOOL_RESULT, data, source_event_seqs=(call.call_seq,))
+        if result.concludes_turn:
+            self.concludes_turn = True
+        for text in result.additional_contexts:
+            self._inject(text)
+        if self._hooks.has("on", HOOK_TOOLS_RESULT):
+            self._hooks.emit(HOOK_TOOLS_RESULT, make_event(HOOK_TOOLS_RESULT, None, event.time,
+                             FrozenDict(agent=self._agent, event=event, result=result)))
+
+    def close_remaining(self) -> None:
+        """Settle every call without a committed result (after a cancel or a failure)."""
+        for call in self._calls[self._head :]:
+            if call.result is None:
+                if call.call_seq is None:
+                    self._append_call(call)
+                if call.started:
+                    call.finish(ToolResult(ABORTED_TEXT, error="ABORTED"), "Aborted")
+                else:
+                    call.finish(
+                        ToolResult(ABORTED_BEFORE_DISPATCH_TEXT, error="ABORTED_BEFORE_DISPATCH"),
+                        "AbortedBeforeDispatch",
+                    )
+            elif call.call_seq is None:
+                self._append_call(call)
+        self._commit_ready()
+
+    @property
+    def settled(self) -> bool:
+        """True when every call has a committed result."""
+        return self._head == len(self._calls)
+
+
+class _Failed:
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc

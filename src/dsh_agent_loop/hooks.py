@@ -1,0 +1,156 @@
+"""The hook bus: sync observers (``on``), async middleware (``waterfall``), ordered ``serial`` hooks.
+
+Order rule: listeners run in registration order, runtime-wide ones before an agent's scoped
+ones; a waterfall's built-in default is the innermost step, reached only when every listener
+calls ``next``. A listener that returns without calling ``next`` short-circuits the chain.
+
+Each registration returns a disposer that removes exactly that registration (calling it twice
+is harmless). A ``HookScope`` records the registrations made through it, so an agent's scoped
+hooks vanish with the agent. Invocation is cheap when nobody listens: the driver asks
+``has(name)`` and skips building payloads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, final
+
+__all__ = ["Disposer", "HookBus", "HookScope"]
+
+Disposer = Callable[[], None]
+Observer = Callable[[Any], None]
+Next = Callable[[Any], Awaitable[Any]]
+Middleware = Callable[[Any, Next], Awaitable[Any]]
+SerialFn = Callable[[Any], Awaitable[None]]
+
+_KINDS: Final = ("on", "waterfall", "serial")
+
+
+@final
+class HookBus:
+    """Listeners by hook name. ``rt.hooks`` is the runtime's bus."""
+
+    def __init__(self) -> None:
+        self._lists: dict[str, dict[str, list[Any]]] = {k: {} for k in _KINDS}
+
+    def _add(self, kind: str, name: str, fn: Any) -> Disposer:
+        # Copy-on-write: a chain already running keeps the list it started with.
+        table = self._lists[kind]
+        entry = (fn,)  # a unique wrapper so the same fn registered twice is two registrations
+        table[name] = [*table.get(name, ()), entry]
+
+        def dispose() -> None:
+            current = table.get(name)
+            if current is None:
+                return
+            remaining = [e for e in current if e is not entry]
+            if len(remaining) != len(current):
+                if remaining:
+                    table[name] = remaining
+                else:
+                    del table[name]
+
+        return dispose
+
+    def on(self, name: str, fn: Observer) -> Disposer:
+        """Register a sync observer ``fn(event)`` for notification ``name``."""
+        return self._add("on", name, fn)
+
+    def waterfall(self, name: str, fn: Middleware) -> Disposer:
+        """Register async middleware ``fn(payload, next)`` for hook ``name``."""
+        return self._add("waterfall", name, fn)
+
+    def serial(self, name: str, fn: SerialFn) -> Disposer:
+        """Register ``fn(payload)``, awaited in order with the other serial listeners."""
+        return self._add("serial", name, fn)
+
+    def _fns(self, kind: str, name: str) -> list[Any]:
+        return [e[0] for e in self._lists[kind].get(name, ())]
+
+    def has(self, kind: str, name: str) -> bool:
+        """True when ``kind`` (``on``/``waterfall``/``serial``) listeners exist for ``name``."""
+        return name in self._lists[kind]
+
+
+@final
+class HookScope:
+    """A view that registers on ``bus`` and remembers what it registered, for ``close()``."""
+
+    def __init__(self, bus: HookBus) -> None:
+        self.bus = bus
+        self._disposers: list[Disposer] = []
+        self.closed = False
+
+    def _track(self, disposer: Disposer) -> Disposer:
+        if self.closed:
+            raise RuntimeError("this scope is closed")
+        self._disposers.append(disposer)
+        return disposer
+
+    def on(self, name: str, fn: Observer) -> Disposer:
+        """Register a scoped observer."""
+        return self._track(self.bus.on(name, fn))
+
+    def waterfall(self, name: str, fn: Middleware) -> Disposer:
+        """Register scoped middleware."""
+        return self._track(self.bus.waterfall(name, fn))
+
+    def serial(self, name: str, fn: SerialFn) -> Disposer:
+        """Register a scoped serial listener."""
+        return self._track(self.bus.serial(name, fn))
+
+    def close(self) -> None:
+        """Remove every registration made through this scope (idempotent)."""
+        self.closed = True
+        disposers, self._disposers = self._disposers, []
+        for dispose in disposers:
+            dispose()
+
+
+class HookChain:
+    """Runs hooks over a runtime bus plus an optional scoped bus (runtime listeners first)."""
+
+    __slots__ = ("_buses",)
+
+    def __init__(self, *buses: HookBus) -> None:
+        self._buses = buses
+
+    def has(self, kind: str, name: str) -> bool:
+        """True when any bus has listeners of ``kind`` for ``name``."""
+        return any(b.has(kind, name) for b in self._buses)
+
+    def emit(self, name: str, event: Any) -> None:
+        """Call the observers of ``name``; an observer's exception propagates."""
+        for bus in self._buses:
+            if bus.has("on", name):
+                for fn in bus._fns("on", name):
+                    fn(event)
+
+    async def waterfall(
+        self, name: str, payload: Any, default: Callable[[Any], Awaitable[Any]]
+    ) -> Any:
+        """Run the middleware chain of ``name`` around ``default``."""
+        fns: list[Middleware] = []
+        for bus in self._buses:
+            if bus.has("waterfall", name):
+                fns.extend(bus._fns("waterfall", name))
+        if not fns:
+            return await default(payload)
+
+        def link(i: int) -> Next:
+            if i == len(fns):
+                return default
+
+            async def call(p: Any) -> Any:
+                return await fns[i](p, link(i + 1))
+
+            return call
+
+        return await link(0)(payload)
+
+    async def serial(self, name: str, payload: Any) -> None:
+        """Await each serial listener of ``name`` in order."""
+        for bus in self._buses:
+            if bus.has("serial", name):
+                for fn in bus._fns("serial", name):
+                    await fn(payload)

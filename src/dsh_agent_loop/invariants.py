@@ -1,0 +1,203 @@
+"""``invariants.check(events)``: is a session log well formed? Rebuilds every request from the log.
+
+It reports, as ``Violation`` records (an empty list means well formed):
+
+- ``seq``: seqs not dense from 0;
+- ``unknown-type``: a type that is neither durable nor marked ignorable;
+- ``surface-op``: a ``surface_op`` on a non-surface type, or a replace naming events not on the
+  surface;
+- ``turn``: a turn started while another is open, a ``turn/end`` without a turn, a turn without an
+  end (except the last, open one);
+- ``step``: a step started while one is open or outside a turn, a ``step/end`` without a step, a
+  turn ended with a step open;
+- ``tool-call`` / ``tool-result``: a model tool call without exactly one ``tool/call`` and one
+  ``tool/result`` in its turn (a trailing open turn may still have calls in flight), a result whose
+  ``source_event_seqs`` does not cite a ``tool/call`` of the same id, a duplicate result;
+- ``request``: at a request point (each ``assistant/message`` / ``assistant/attempt``) the derived
+  history is not a valid provider request — an assistant tool call not answered by tool results
+  before the next user or assistant message, or a tool message without a preceding call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import final
+
+import attrs
+
+from .events import (
+    ASSISTANT_ATTEMPT,
+    ASSISTANT_MESSAGE,
+    DURABLE_TYPES,
+    STEP_END,
+    STEP_START,
+    SURFACE_TYPES,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    Event,
+)
+from .session.history import SurfaceProjection
+
+__all__ = ["Violation", "check", "check_messages"]
+
+
+@final
+@attrs.frozen
+class Violation:
+    """One problem found in a log."""
+
+    kind: str
+    seq: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"seq {self.seq}: " if self.seq is not None else ""
+        return f"{self.kind}: {where}{self.message}"
+
+
+def check_messages(messages: Sequence[object]) -> list[str]:
+    """Problems that would make ``messages`` an invalid provider request."""
+    problems: list[str] = []
+    outstanding: dict[str, int] = {}
+    for i, message in enumerate(messages):
+        role = message["role"]  # type: ignore[index]
+        content = message["content"]  # type: ignore[index]
+        if role == "tool":
+            call_id = message["call_id"]  # type: ignore[index]
+            if call_id not in outstanding:
+                problems.append(f"message {i}: tool result {call_id!r} follows no open tool call")
+            outstanding.pop(call_id, None)
+            continue
+        if role in ("user", "assistant") and outstanding:
+            ids = ", ".join(sorted(outstanding))
+            problems.append(f"message {i}: {role} message before the results of {ids}")
+            outstanding.clear()
+        if role == "assistant":
+            for block in content:
+                if block["type"] == "tool-call":
+                    outstanding[block["call_id"]] = i
+    return problems
+
+
+class _Checker:
+    def __init__(self) -> None:
+        self.out: list[Violation] = []
+        self.surface = SurfaceProjection()
+        self.turn: int | None = None
+        self.turn_seq: int | None = None
+        self.step_open = False
+        self.expected: dict[str, int] = {}  # call_id -> seq of its assistant message
+        self.calls: dict[str, int] = {}  # call_id -> seq of its tool/call
+        self.results: set[str] = set()
+
+    def add(self, kind: str, seq: int | None, message: str) -> None:
+        self.out.append(Violation(kind, seq, message))
+
+    def event(self, i: int, event: Event) -> None:
+        if event.seq != i:
+            self.add("seq", event.seq, f"expected seq {i}")
+        if event.type not in DURABLE_TYPES:
+            if not event.ignorable:
+                self.add("unknown-type", event.seq, f"unknown event type {event.type!r}")
+            return
+        if event.surface_op is not None and event.type not in SURFACE_TYPES:
+            self.add("surface-op", event.seq, f"surface_op on {event.type}")
+        getattr(self, "_" + event.type.replace("/", "_").replace("-", "_"), self._other)(event)
+        if event.type in SURFACE_TYPES:
+            try:
+                self.surface.fold(event)
+            except ValueError as exc:
+                self.add("surface-op", event.seq, str(exc))
+
+    def _other(self, event: Event) -> None:
+        pass
+
+    def _turn_start(self, event: Event) -> None:
+        if self.turn is not None:
+            self.add("turn", event.seq, f"turn {event.data.get('turn')} started while turn {self.turn} is open")
+            self._close_turn(event.seq)
+        self.turn, self.turn_seq = event.data.get("turn"), event.seq
+
+    def _turn_end(self, event: Event) -> None:
+        if self.turn is None:
+            self.add("turn", event.seq, "turn/end without an open turn")
+            return
+        if self.step_open:
+            self.add("step", event.seq, "turn ended with a step open")
+            self.step_open = False
+        self._close_turn(event.seq)
+
+    def _close_turn(self, seq: int | None) -> None:
+        for call_id, at in self.expected.items():
+            if call_id not in self.calls:
+                self.add("tool-call", at, f"tool call {call_id!r} has no tool/call")
+            if call_id not in self.results:
+                self.add("tool-call", at, f"tool call {call_id!r} has no tool/result")
+        self.expected.clear()
+        self.calls.clear()
+        self.results.clear()
+        self.turn = None
+
+    def _step_start(self, event: Event) -> None:
+        if self.turn is None:
+            self.add("step", event.seq, "step/start outside a turn")
+        if self.step_open:
+            self.add("step", event.seq, "step/start while a step is open")
+        self.step_open = True
+
+    def _step_end(self, event: Event) -> None:
+        if not self.step_open:
+            self.add("step", event.seq, "step/end without an open step")
+        self.step_open = False
+
+    def _assistant_message(self, event: Event) -> None:
+        self._request_point(event)
+        for block in event.data["message"]["content"]:
+            if block["type"] == "tool-call":
+                if block["call_id"] in self.expected:
+                    self.add("tool-call", event.seq, f"tool call id {block['call_id']!r} reused in a turn")
+                self.expected[block["call_id"]] = event.seq  # type: ignore[assignment]
+
+    def _assistant_attempt(self, event: Event) -> None:
+        self._request_point(event)
+
+    def _request_point(self, event: Event) -> None:
+        for problem in check_messages(self.surface.messages()):
+            self.add("request", event.seq, problem)
+
+    def _tool_call(self, event: Event) -> None:
+        call_id = event.data.get("call_id")
+        if call_id not in self.expected:
+            self.add("tool-call", event.seq, f"tool/call {call_id!r} matches no model tool call in this turn")
+        if call_id in self.calls:
+            self.add("tool-call", event.seq, f"second tool/call for {call_id!r}")
+        self.calls[call_id] = event.seq  # type: ignore[assignment]
+
+    def _tool_result(self, event: Event) -> None:
+        call_id = event.data["message"].get("call_id")
+        cites = event.source_event_seqs or ()
+        if call_id not in self.calls or self.calls[call_id] not in cites:
+            self.add("tool-result", event.seq, f"tool/result {call_id!r} does not cite its tool/call")
+        if call_id in self.results:
+            self.add("tool-result", event.seq, f"second tool/result for {call_id!r}")
+        self.results.add(call_id)
+
+    def finish(self, open_turn_allowed: bool = True) -> list[Violation]:
+        if self.turn is not None and not open_turn_allowed:
+            self.add("turn", self.turn_seq, f"turn {self.turn} has no turn/end")
+        return self.out
+
+
+def check(events: Sequence[Event], *, allow_open_turn: bool = True) -> list[Violation]:
+    """Check a session log; returns the violations (empty when well formed).
+
+    Args:
+        events: The log, in seq order.
+        allow_open_turn: Whether the last turn may still be open (a live session).
+    """
+    checker = _Checker()
+    for i, event in enumerate(events):
+        checker.event(i, event)
+    return checker.finish(allow_open_turn)

@@ -1,0 +1,265 @@
+"""``ScriptedModel``: a deterministic model adapter for tests, demos and simulations.
+
+Each request takes the next ``Reply`` of the script (a callable entry is called with the
+request and returns a ``Reply``). Replies stream like a provider's: reasoning and text chunked
+by word, tool calls as a block with its JSON arguments in two pieces, then usage and a finish.
+The stream yields to the scheduler once per delta chunk and before the finish
+(``trio.sleep(latency)``, or a checkpoint when latency is 0), so cancellation can land between
+any two chunks and everything runs under ``MockClock(autojump_threshold=0)``. Running out of
+script is an error reply (``SCRIPT_EXHAUSTED``), not a hang.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, final
+
+import attrs
+import trio
+
+from .base import (
+    BlockEnd,
+    BlockStart,
+    Chunk,
+    Failure,
+    Finish,
+    ModelRequest,
+    PreparedCall,
+    ReasoningDelta,
+    SystemPromptUpdate,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+    UsageChunk,
+)
+
+__all__ = ["Reply", "ScriptedModel"]
+
+_WORDS = re.compile(r"\s*\S+\s*|\s+")
+ToolCallSpec = tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], str]
+
+
+def _split_words(text: str) -> list[str]:
+    return _WORDS.findall(text) if text else []
+
+
+@final
+@attrs.frozen
+class Reply:
+    """One scripted model response. Build with the class methods (``Reply.text(...)``, ...)."""
+
+    content: str = ""
+    """Text streamed before any tool call (for errors and hangs: before failing or hanging)."""
+    thinking: str | None = None
+    """Reasoning streamed first."""
+    calls: tuple[tuple[str, str, str | None], ...] = ()
+    """Complete tool calls: (name, JSON arguments, call id or None)."""
+    kind: Literal["complete", "error", "max-tokens", "hang"] = "complete"
+    failure: Failure | None = None
+    cut_tool_call: tuple[str, str] | None = None
+    """max-tokens only: (name, partial arguments) of a call cut by the cap."""
+    usage: Usage | None = None
+
+    @staticmethod
+    def _calls(calls: Iterable[Sequence[Any]]) -> tuple[tuple[str, str, str | None], ...]:
+        out = []
+        for call in calls:
+            name, args = call[0], call[1]
+            call_id = call[2] if len(call) > 2 else None
+            raw = args if isinstance(args, str) else json.dumps(args, separators=(",", ":"))
+            out.append((str(name), raw, call_id))
+        return tuple(out)
+
+    @classmethod
+    def text(cls, text: str, reasoning: str | None = None, *, usage: Usage | None = None) -> Reply:
+        """Answer ``text`` (after ``reasoning``, when given) and stop."""
+        return cls(content=text, thinking=reasoning, usage=usage)
+
+    @classmethod
+    def tool_calls(
+        cls, *calls: ToolCallSpec, text: str = "", reasoning: str | None = None
+    ) -> Reply:
+        """Call tools: each call is ``(name, arguments)`` or ``(name, arguments, call_id)``."""
+        return cls(content=text, thinking=reasoning, calls=cls._calls(calls))
+
+    @classmethod
+    def error(
+        cls,
+        code: str,
+        message: str = "",
+        *,
+        after_text: str = "",
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> Reply:
+        """Fail the attempt with ``code`` after streaming ``after_text``."""
+        failure = Failure(code, message or code, status=status, retry_after=retry_after)
+        return cls(content=after_text, kind="error", failure=failure)
+
+    @classmethod
+    def max_tokens(
+        cls,
+        text: str = "",
+        tool_calls: Iterable[ToolCallSpec] = (),
+        *,
+        cut_tool_call: tuple[str, str] | None = None,
+    ) -> Reply:
+        """Finish ``max-tokens`` after ``text`` and the complete ``tool_calls``.
+
+        ``cut_tool_call=(name, partial_json)`` adds a call whose arguments never completed.
+        """
+        return cls(
+            content=text,
+            calls=cls._calls(tool_calls),
+            kind="max-tokens",
+            cut_tool_call=cut_tool_call,
+        )
+
+    @classmethod
+    def hang(cls, after_text: str = "") -> Reply:
+        """Stream ``after_text``, then wait until cancelled."""
+        return cls(content=after_text, kind="hang")
+
+    @classmethod
+    def from_config(cls, entry: Mapping[str, Any]) -> Reply:
+        """Build from a config entry ``{text?, reasoning?, tool_calls?: [{name, arguments}]}``."""
+        calls = [(c["name"], c.get("arguments", {})) for c in entry.get("tool_calls", ()) or ()]
+        return cls(
+            content=entry.get("text") or "",
+            thinking=entry.get("reasoning"),
+            calls=cls._calls(calls),
+        )
+
+
+ScriptEntry = Reply | Callable[[ModelRequest], Reply]
+
+
+@final
+class ScriptedModel:
+    """A model adapter that answers from a script. ``requests`` records every request."""
+
+    def __init__(
+        self,
+        replies: Iterable[ScriptEntry] = (),
+        *,
+        latency: float = 0.0,
+        system_prompt_update: SystemPromptUpdate = None,
+        loop: bool = False,
+        context_window: int | None = None,
+    ) -> None:
+        self.replies: list[ScriptEntry] = list(replies)
+        self.latency = latency
+        self.system_prompt_update = system_prompt_update
+        self.loop = loop
+        self.context_window = context_window
+        self.requests: list[ModelRequest] = []
+        self._next = 0
+        self._call_ids = itertools.count(1)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> ScriptedModel:
+        """Build from a ``kind: scripted`` provider config section."""
+        return cls(
+            [Reply.from_config(r) for r in config.get("replies", ()) or ()],
+            latency=float(config.get("latency_ms", 0) or 0) / 1000.0,
+            system_prompt_update=config.get("system_prompt_update"),
+            loop=bool(config.get("loop", False)),
+            context_window=config.get("context_window"),
+        )
+
+    def add(self, *entries: ScriptEntry) -> None:
+        """Append entries to the script."""
+        self.replies.extend(entries)
+
+    async def prepare_call(self, config: Mapping[str, Any]) -> PreparedCall:
+        """Resolve ``config`` (nothing to default) for this scripted route."""
+        await trio.lowlevel.checkpoint()
+        return PreparedCall(
+            config=config,
+            stream_fn=self._stream,
+            context_window=self.context_window,
+            system_prompt_update=self.system_prompt_update,
+        )
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+    def _take(self, request: ModelRequest) -> Reply:
+        if self._next >= len(self.replies):
+            if not (self.loop and self.replies):
+                return Reply.error("SCRIPT_EXHAUSTED", "the scripted model has no reply left")
+            self._next = 0
+        entry = self.replies[self._next]
+        self._next += 1
+        return entry(request) if callable(entry) else entry
+
+    async def _pause(self) -> None:
+        if self.latency > 0:
+            await trio.sleep(self.latency)
+        else:
+            await trio.lowlevel.checkpoint()
+
+    async def _stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:
+        self.requests.append(request)
+        reply = self._take(request)
+        index = 0
+        out_words = 0
+        for kind, text in (("reasoning", reply.thinking or ""), ("text", reply.content)):
+            words = _split_words(text)
+            if not words:
+                continue
+            yield BlockStart(index, kind)  # type: ignore[arg-type]
+            for word in words:
+                await self._pause()
+                yield ReasoningDelta(index, word) if kind == "reasoning" else TextDelta(index, word)
+            yield BlockEnd(index)
+            out_words += len(words)
+            index += 1
+        if reply.kind == "hang":
+            await trio.sleep_forever()
+        if reply.kind == "error":
+            await self._pause()
+            yield Finish("error", failure=reply.failure)
+            return
+        for name, raw, call_id in reply.calls:
+            async for chunk in self._tool_call(index, name, raw, call_id, complete=True):
+                yield chunk
+            index += 1
+        if reply.cut_tool_call is not None:
+            name, raw = reply.cut_tool_call
+            async for chunk in self._tool_call(index, name, raw, None, complete=False):
+                yield chunk
+        yield UsageChunk(reply.usage or _usage(request, out_words, reply))
+        await self._pause()
+        if reply.kind == "max-tokens":
+            yield Finish("max-tokens", stop_reason="max_tokens")
+        elif reply.calls:
+            yield Finish("tool-calls", stop_reason="tool_calls")
+        else:
+            yield Finish("stop", stop_reason="stop")
+
+    async def _tool_call(
+        self, index: int, name: str, raw: str, call_id: str | None, *, complete: bool
+    ) -> AsyncIterator[Chunk]:
+        cid = call_id or f"call-{next(self._call_ids)}"
+        yield BlockStart(index, "tool-call", call_id=cid, name=name)
+        half = len(raw) // 2
+        for piece in (raw[:half], raw[half:]):
+            if piece:
+                await self._pause()
+                yield ToolCallDelta(index, piece)
+        if complete:
+            yield BlockEnd(index)
+
+
+def _usage(request: ModelRequest, out_words: int, reply: Reply) -> Usage:
+    """A deterministic usage estimate: about four characters a token."""
+    chars = 0
+    for message in request.messages:
+        for block in message.get("content", ()):
+            chars += len(block.get("text", "")) + len(block.get("arguments", ""))
+    calls = sum(len(raw) for _, raw, _ in reply.calls)
+    return Usage(input_tokens=max(1, chars // 4), output_tokens=out_words + calls // 4)

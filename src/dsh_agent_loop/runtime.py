@@ -1,0 +1,256 @@
+"""``open_runtime``: composes store, model router, tools, hooks and settings, and owns the root
+nursery in which every agent driver and session writer runs.
+
+The runtime never outlives its ``async with`` block. Leaving it disposes every agent (each turn
+ends ``aborted {cause: disposed}``, each session writer flushes and releases ownership), closes
+the providers' HTTP clients and the store, then cancels what is left. An exception raised by the
+body leaves the block as it was raised when it is the only failure; with runtime failures beside
+it, an exception group holds them all.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from .agent.driver import Services
+from .agent.lifecycle import Agents
+from .agent.options import AgentOptions, TurnBudget
+from .config import RuntimeConfig, Settings, load_config
+from .errors import AgentLoopError
+from .events import CONFIG_START_FAILED, make_event
+from .hooks import HookBus
+from .llm.base import ModelAdapter
+from .llm.router import ModelRouter
+from .session.store import SessionStore
+from .stores.memory import MemoryStore
+from .tools.base import Tool
+
+__all__ = ["Runtime", "StartFailure", "open_runtime"]
+
+#: Seconds the runtime's shutdown may spend disposing agents before it cancels them.
+SHUTDOWN_TIMEOUT = 30.0
+
+
+@attrs.frozen
+class StartFailure:
+    """A declared agent that failed to start."""
+
+    agent_id: str
+    error: BaseException
+
+
+class Runtime:
+    """The live runtime inside ``open_runtime``: ``agents``, ``hooks``, ``store``, ``settings``."""
+
+    def __init__(
+        self,
+        *,
+        nursery: trio.Nursery,
+        store: SessionStore,
+        router: ModelRouter,
+        tools: Mapping[str, Tool],
+        settings: Settings,
+        clock: Callable[[], float],
+        rng: random.Random,
+        config: RuntimeConfig,
+    ) -> None:
+        self.store = store
+        self.router = router
+        self.hooks = HookBus()
+        self.settings = settings
+        self.config = config
+        self.clock = clock
+        self.random = rng
+        self.tools: dict[str, Tool] = dict(tools)
+        """Runtime tools by name (visible to every agent unless its options name a subset)."""
+        self.start_failures: list[StartFailure] = []
+        self._services = Services(
+            router=router,
+            hooks=self.hooks,
+            tools=lambda: self.tools,
+            builtin=_builtin_tool,
+            max_parallel_tool_calls=lambda: settings.max_parallel_tool_calls,
+            persona=lambda: settings.persona,
+            turn_budget=lambda: _budget(settings.turn_budget),
+            clock=clock,
+            rng=rng,
+        )
+        self.agents = Agents(store=store, services=self._services, hooks=self.hooks, nursery=nursery)
+
+    def add_tool(self, tool: Tool) -> Callable[[], None]:
+        """Register a runtime tool; returns a disposer."""
+        self.tools[tool.name] = tool
+
+        def dispose() -> None:
+            if self.tools.get(tool.name) is tool:
+                del self.tools[tool.name]
+
+        return dispose
+
+    async def start_declared_agents(self) -> None:
+        """Start the agents declared in the config; failures go to ``start_failures``."""
+        for entry in self.config.agents:
+            try:
+                options = _options_from_entry(entry)
+                if entry.resume_session_id is not None:
+                    await self.agents.resume(entry.resume_session_id, options=options)
+                elif entry.session_id is not None:
+                    await self.agents.resume(entry.session_id, options=options, create_if_missing=True)
+                else:
+                    await self.agents.create(options=options)
+            except (AgentLoopError, OSError, ValueError) as exc:
+                self.start_failures.append(StartFailure(entry.id, exc))
+                if self.hooks.has("on", CONFIG_START_FAILED):
+                    event = make_event(CONFIG_START_FAILED, None, self.clock(),
+                                       _frozen({"agent_id": entry.id, "error": exc}))
+                    for fn in self.hooks._fns("on", CONFIG_START_FAILED):
+                        fn(event)
+
+    async def _shutdown(self) -> None:
+        with trio.move_on_after(SHUTDOWN_TIMEOUT):
+            await self.agents.dispose_all()
+        try:
+            await self.router.aclose()
+        finally:
+            await self.store.aclose()
+
+
+def _frozen(data: dict[str, Any]) -> Any:
+    from ._frozen import FrozenDict
+
+    return FrozenDict(data)
+
+
+def _builtin_tool(name: str) -> Tool | None:
+    try:
+        from .tools.builtin import BUILTIN_TOOLS
+    except ImportError:  # pragma: no cover - the module ships with the package
+        return None
+    return BUILTIN_TOOLS.get(name)
+
+
+def _budget(value: Any) -> TurnBudget | None:
+    if value is None or isinstance(value, TurnBudget):
+        return value
+    return TurnBudget(
+        max_steps=value.max_steps,
+        max_tool_calls=value.max_tool_calls,
+        max_total_tokens=value.max_total_tokens,
+        max_seconds=value.max_seconds,
+    )
+
+
+def _options_from_entry(entry: Any) -> AgentOptions:
+    persona = entry.persona
+    if persona is None and getattr(entry, "persona_file", None):
+        with open(entry.persona_file, encoding="utf-8") as f:  # noqa: PTH123 - load-time read
+            persona = f.read()
+    return AgentOptions(
+        id=entry.id,
+        provider=entry.provider,
+        model=entry.model,
+        reasoning_effort=entry.reasoning_effort,
+        max_tokens=entry.max_tokens,
+        cwd=entry.cwd,
+        persona=persona,
+        tools=entry.tools,
+        turn_budget=_budget(entry.turn_budget),
+    )
+
+
+def _providers_from_config(config: RuntimeConfig) -> dict[str, ModelAdapter]:
+    from .llm.scripted import ScriptedModel
+
+    adapters: dict[str, ModelAdapter] = {}
+    for name, provider in config.providers.items():
+        if provider.kind == "scripted":
+            adapters[name] = ScriptedModel.from_config(_plain(provider))
+        else:
+            from .llm.providers import adapter_from_config
+
+            adapters[name] = adapter_from_config(name, _plain(provider))
+    return adapters
+
+
+def _plain(provider: Any) -> dict[str, Any]:
+    return attrs.asdict(provider, recurse=True)
+
+
+def _store_from_config(config: RuntimeConfig) -> SessionStore:
+    if config.store is None:
+        return MemoryStore()
+    from .stores.url import store_from_url
+
+    return store_from_url(config.store)
+
+
+@asynccontextmanager
+async def open_runtime(
+    config: RuntimeConfig | str | Mapping[str, Any] | None = None,
+    *,
+    store: SessionStore | None = None,
+    providers: Mapping[str, ModelAdapter] | None = None,
+    tools: Iterable[Tool] = (),
+    max_parallel_tool_calls: int | None = None,
+    settings: Mapping[str, Any] | None = None,
+    clock: Callable[[], float] | None = None,
+    seed: int | None = None,
+) -> AsyncIterator[Runtime]:
+    """Open a runtime; every agent it starts lives and dies inside this block.
+
+    Args:
+        config: A ``RuntimeConfig``, a path to a YAML file, or the same shape as a mapping.
+        store: The session store (wins over the config's; default ``MemoryStore()``).
+        providers: Model adapters by provider name (win over config providers of the same name).
+        tools: Runtime tools, visible to every agent unless its options name a subset.
+        max_parallel_tool_calls: Explicit setting (wins over every other layer).
+        settings: The user settings layer (camelCase keys, like the plugin config block).
+        clock: Stamps ``Event.time`` (default: wall-clock seconds).
+        seed: Seeds the runtime's one random source (retry jitter, simulation).
+
+    Raises:
+        ConfigError: invalid configuration (before any store is opened).
+    """
+    explicit = dict(providers or {})
+    cfg = load_config(config, known_providers=explicit.keys())
+    live_settings = Settings(
+        cfg.plugin, user=settings, max_parallel_tool_calls=max_parallel_tool_calls
+    )
+    the_store = store if store is not None else _store_from_config(cfg)
+    adapters = {**_providers_from_config(cfg), **explicit}
+    router = ModelRouter(adapters)
+    body_error: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            rt = Runtime(
+                nursery=nursery,
+                store=the_store,
+                router=router,
+                tools={t.name: t for t in tools},
+                settings=live_settings,
+                clock=clock or time.time,
+                rng=random.Random(seed),
+                config=cfg,
+            )
+            try:
+                await rt.start_declared_agents()
+                yield rt
+            except BaseException as exc:
+                body_error = exc
+            finally:
+                with trio.CancelScope(shield=True):
+                    await rt._shutdown()
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        if body_error is None:
+            raise
+        raise BaseExceptionGroup("runtime failed", [body_error, *group.exceptions]) from None
+    if body_error is not None:
+        raise body_error

@@ -1,0 +1,134 @@
+"""The surface projection: which events are model-facing, and the derived message history.
+
+Surface events (``system/message``, ``user/message``, ``assistant/message``, ``tool/result``) are
+appended to the surface unless they carry a replace ``surface_op``, which swaps the contiguous
+surface range ``start_seq..end_seq`` for the replacing event. Derived history is the surface's
+messages in order, minus empty system nodes.
+
+Appends extend an append-only message list in place, and ``derive_messages()`` returns a
+``MessagesView`` over a prefix of it: building a request is O(1), and a message that entered
+one request is the same object in every later one. A replacement (rare) builds a new list, so
+views handed out earlier keep what they showed. Sans-I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
+
+from .._frozen import FrozenDict
+from ..events import SURFACE_TYPES, SYSTEM_MESSAGE, Event
+
+__all__ = ["MessagesView", "SurfaceProjection", "message_text"]
+
+
+class MessagesView(Sequence[FrozenDict]):
+    """An immutable view of the first ``n`` messages of an append-only list."""
+
+    __slots__ = ("_items", "_n")
+
+    def __init__(self, items: list[FrozenDict], n: int) -> None:
+        self._items = items
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, index: int) -> FrozenDict: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[FrozenDict, ...]: ...
+    def __getitem__(self, index: int | slice) -> FrozenDict | tuple[FrozenDict, ...]:
+        if isinstance(index, slice):
+            return tuple(self._items[: self._n][index])
+        if index < 0:
+            index += self._n
+        if not 0 <= index < self._n:
+            raise IndexError("message index out of range")
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[FrozenDict]:
+        items = self._items
+        for i in range(self._n):
+            yield items[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return len(other) == self._n and all(a == b for a, b in zip(self, other, strict=False))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"MessagesView({list(self)!r})"
+
+
+def message_text(message: FrozenDict) -> str:
+    """Concatenated text of a message's text blocks."""
+    return "".join(
+        b.get("text", "") for b in message.get("content", ()) if b.get("type") == "text"
+    )
+
+
+def _is_visible(event: Event) -> bool:
+    message = event.data.get("message")
+    if message is None:
+        return False
+    return not (event.type == SYSTEM_MESSAGE and not message.get("content"))
+
+
+class SurfaceProjection:
+    """Folds surface events; answers derived history and the surviving system nodes."""
+
+    types = SURFACE_TYPES
+
+    def __init__(self) -> None:
+        self.entries: list[Event] = []
+        """Surface events in order."""
+        self.system_nodes: list[Event] = []
+        """Surviving ``system/message`` surface events in order (node 0 is the head)."""
+        self.generation = 0
+        """Counts replacements; a change tells the driver a new request series starts."""
+        self._messages: list[FrozenDict] = []
+
+    def fold(self, event: Event) -> None:
+        """Fold one event (non-surface types are ignored)."""
+        if event.type not in SURFACE_TYPES:
+            return
+        op = event.surface_op
+        if op is None or op == "append":
+            self.entries.append(event)
+            if event.type == SYSTEM_MESSAGE:
+                self.system_nodes.append(event)
+            if _is_visible(event):
+                self._messages.append(event.data["message"])
+            return
+        self._replace(event, op)
+
+    def check_replace(self, op: Any) -> tuple[int, int]:
+        """Return the surface positions ``op`` replaces.
+
+        Raises:
+            ValueError: the op is malformed or names events not on the surface.
+        """
+        if not isinstance(op, dict) or op.get("op") != "replace":
+            raise ValueError(f"unknown surface_op {op!r}")
+        start, end = op.get("start_seq"), op.get("end_seq")
+        positions = {e.seq: i for i, e in enumerate(self.entries)}
+        if start not in positions or end not in positions:
+            raise ValueError(f"surface replace names seqs {start}..{end} not on the surface")
+        i, j = positions[start], positions[end]
+        if j < i:
+            raise ValueError("surface replace range is reversed")
+        return i, j
+
+    def _replace(self, event: Event, op: Any) -> None:
+        i, j = self.check_replace(op)
+        self.entries[i : j + 1] = [event]
+        self.generation += 1
+        self.system_nodes = [e for e in self.entries if e.type == SYSTEM_MESSAGE]
+        self._messages = [e.data["message"] for e in self.entries if _is_visible(e)]
+
+    def messages(self) -> MessagesView:
+        """The derived history now (an O(1) immutable view)."""
+        return MessagesView(self._messages, len(self._messages))

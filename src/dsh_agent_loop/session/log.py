@@ -1,0 +1,190 @@
+"""``Session``: the append-only event log of one session, with its live projections.
+
+``append`` is synchronous and never blocks: it assigns dense seqs, folds every registered
+projection (so when it returns every projection reflects the batch), queues the events for the
+session writer and wakes it. Events are stored exactly as appended; only the writer task moves
+them to the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from .._frozen import FrozenDict, freeze
+from ..events import DURABLE_TYPES, SURFACE_TYPES, Event, make_event
+from .history import MessagesView, SurfaceProjection
+from .projections import InboxProjection, LoopState
+
+__all__ = ["Projection", "Session", "SessionView"]
+
+
+class Projection(Protocol):
+    """Something folded synchronously on every append."""
+
+    types: frozenset[str] | None
+    """Event types it folds (None: all)."""
+
+    def fold(self, event: Event) -> None:
+        """Fold one event."""
+        ...
+
+
+class Session:
+    """One session's log and projections. Owned by one agent; appended from its tasks."""
+
+    def __init__(
+        self,
+        header: Mapping[str, Any],
+        *,
+        clock: Callable[[], float],
+        events: Sequence[Event] = (),
+    ) -> None:
+        self.header: FrozenDict = freeze(dict(header))
+        self.id: str = str(header["session_id"])
+        self._clock = clock
+        self._events: list[Event] = []
+        self._pending: list[Event] = []
+        self._folds: dict[str, list[Callable[[Event], None]]] = {}
+        self._fold_all: list[Callable[[Event], None]] = []
+        self.on_append: Callable[[], None] | None = None
+        """Set by the session writer: called after each append batch."""
+        self.surface = SurfaceProjection()
+        self.inbox = InboxProjection()
+        self.state = LoopState()
+        for projection in (self.surface, self.inbox, self.state):
+            self.register_projection(projection)
+        for event in events:
+            self._replay(event)
+
+    # -- projections -------------------------------------------------------------------
+    def register_projection(self, projection: Projection) -> None:
+        """Fold ``projection`` on every later append (replays nothing: register early)."""
+        if projection.types is None:
+            self._fold_all.append(projection.fold)
+            return
+        for t in projection.types:
+            self._folds.setdefault(t, []).append(projection.fold)
+
+    def _fold(self, event: Event) -> None:
+        for fold in self._folds.get(event.type, ()):
+            fold(event)
+        for fold in self._fold_all:
+            fold(event)
+
+    def _replay(self, event: Event) -> None:
+        if event.seq != len(self._events):
+            raise ValueError(f"stored seq {event.seq} is not dense (expected {len(self._events)})")
+        self._check_type(event)
+        self._fold(event)
+        self._events.append(event)
+
+    @staticmethod
+    def _check_type(event: Event) -> None:
+        if event.type not in DURABLE_TYPES and not event.ignorable:
+            raise ValueError(f"unknown event type {event.type!r} (and not ignorable)")
+        if event.surface_op is not None and event.type not in SURFACE_TYPES:
+            raise ValueError(f"surface_op is not allowed on {event.type!r}")
+
+    # -- appending ---------------------------------------------------------------------
+    def add(
+        self,
+        type: str,
+        data: FrozenDict,
+        *,
+        surface_op: Any = None,
+        source_event_seqs: tuple[int, ...] | None = None,
+    ) -> Event:
+        """Append one event built from already-frozen ``data`` (the driver's hot path)."""
+        event = make_event(
+            type, len(self._events), self._clock(), data, surface_op, source_event_seqs
+        )
+        self._fold(event)
+        self._events.append(event)
+        self._pending.append(event)
+        if self.on_append is not None:
+            self.on_append()
+        return event
+
+    def append(self, *events: Event) -> list[Event]:
+        """Append events (their ``seq`` and ``time`` are assigned here) and return them.
+
+        Raises:
+            ValueError: an unknown non-ignorable type, a misplaced ``surface_op``, or a replace
+                that names events not on the surface. Nothing of the batch is appended then.
+        """
+        now = self._clock()
+        stamped = [e.with_seq(len(self._events) + i, now) for i, e in enumerate(events)]
+        for event in stamped:
+            self._check_type(event)
+        for i, event in enumerate(stamped):
+            if i == 0 and event.surface_op not in (None, "append"):
+                self.surface.check_replace(event.surface_op)
+            self._fold(event)
+            self._events.append(event)
+            self._pending.append(event)
+        if stamped and self.on_append is not None:
+            self.on_append()
+        return stamped
+
+    def take_pending(self) -> list[Event]:
+        """Hand the events not yet given to the store to the caller (the writer)."""
+        pending, self._pending = self._pending, []
+        return pending
+
+    def has_pending(self) -> bool:
+        """True when events wait for the writer."""
+        return bool(self._pending)
+
+    # -- reading -------------------------------------------------------------------------
+    @property
+    def events(self) -> list[Event]:
+        """A copy of the whole log."""
+        return list(self._events)
+
+    def event(self, seq: int) -> Event:
+        """The event at ``seq``."""
+        return self._events[seq]
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    @property
+    def last_seq(self) -> int:
+        """Seq of the newest event, or -1."""
+        return len(self._events) - 1
+
+    def derive_messages(self) -> MessagesView:
+        """The model-facing messages in log order (replacements applied)."""
+        return self.surface.messages()
+
+
+class SessionView:
+    """Read-only view of a session for users: ``events``, ``derive_messages()``, ``id``."""
+
+    __slots__ = ("_session",)
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    @property
+    def id(self) -> str:
+        """The session id."""
+        return self._session.id
+
+    @property
+    def header(self) -> FrozenDict:
+        """The session header."""
+        return self._session.header
+
+    @property
+    def events(self) -> list[Event]:
+        """A copy of the log."""
+        return self._session.events
+
+    def derive_messages(self) -> MessagesView:
+        """The model-facing messages."""
+        return self._session.derive_messages()
+
+    def __len__(self) -> int:
+        return len(self._session)
