@@ -117,7 +117,10 @@ class HookChain:
 
     def has(self, kind: str, name: str) -> bool:
         """True when any bus has listeners of ``kind`` for ``name``."""
-        return any(b.has(kind, name) for b in self._buses)
+        for bus in self._buses:
+            if name in bus._lists[kind]:
+                return True
+        return False
 
     def emit(self, name: str, event: Any) -> None:
         """Call the observers of ``name``; an observer's exception propagates."""

@@ -140,6 +140,9 @@ class Agent:
         self.seen_generation = session.surface.generation
         self.store_failure: BaseException | None = None
         self._turns = 0
+        self.assembly_cache: tuple[Any, Any] | None = None
+        self.on_driver_start: Callable[[Agent, trio.lowlevel.Task], None] | None = None
+        """Testing hook: called with the driver task when the driver starts."""
 
     # -- identity --------------------------------------------------------------------------
     @property
@@ -297,6 +300,8 @@ class Agent:
         """The driver actor: run turns while there is work, until disposed."""
         from .turn import run_turn
 
+        if self.on_driver_start is not None:
+            self.on_driver_start(self, trio.lowlevel.current_task())
         task_status.started()
         try:
             while True:

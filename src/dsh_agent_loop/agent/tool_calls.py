@@ -104,7 +104,8 @@ class ToolBatch:
         self._calls = [_Call(b) for b in blocks]
         self._turn = turn
         self._step = step
-        self._limiter = trio.CapacityLimiter(max(1, limit))
+        self._limit = max(1, limit)
+        self._limiter: trio.CapacityLimiter | None = None
         self._flush = flush
         self._context = context
         self._inject = inject
@@ -127,6 +128,7 @@ class ToolBatch:
         if len(self._calls) == 1:
             await self._run_single(self._calls[0])
             return
+        self._limiter = trio.CapacityLimiter(self._limit)
         async with trio.open_nursery() as nursery:
             for call in self._calls:
                 await self._admit(call, nursery)
@@ -150,11 +152,13 @@ class ToolBatch:
             await self._flush()
             await self._execute(call, held_slot=False)
             return
+        limiter = self._limiter
+        assert limiter is not None
         try:
-            self._limiter.acquire_on_behalf_of_nowait(call)
+            limiter.acquire_on_behalf_of_nowait(call)
         except trio.WouldBlock:
             await self._start_pending(nursery)
-            await self._limiter.acquire_on_behalf_of(call)
+            await limiter.acquire_on_behalf_of(call)
         self._dispatch(call)
         self._to_start.append(call)
 
@@ -242,7 +246,7 @@ class ToolBatch:
             result, error_name = await self._invoke(call)
         finally:
             self.in_flight -= 1
-            if held_slot:
+            if held_slot and self._limiter is not None:
                 self._limiter.release_on_behalf_of(call)
             if result is None:
                 if call.started:

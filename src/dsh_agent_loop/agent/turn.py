@@ -89,8 +89,10 @@ class TurnState:
     continues: bool = False
     tool_calls: int = 0
     tokens: int = 0
-    schemas_key: tuple[int, ...] | None = None
+    assembly: PromptAssembly | None = None
+    tools: dict[str, Tool] = attrs.Factory(dict)
     schemas: tuple[FrozenDict, ...] = ()
+    rendered: str = ""
 
 
 async def run_turn(agent: Agent, scope: trio.CancelScope) -> bool:
@@ -268,13 +270,23 @@ async def _assemble(agent: Agent, st: TurnState, step: int) -> PromptAssembly:
 
 
 def _default_assembly(agent: Agent) -> PromptAssembly:
-    sections = []
     runtime_persona = agent.services.persona()
+    runtime = agent.services.tools()
+    scoped = agent.scope.tools
+    # Rebuilt only when something it depends on changed; the same assembly (and so the same
+    # cached tool schemas) is reused step after step.
+    key = (runtime_persona, agent.scope.persona, tuple(runtime.values()), tuple(scoped.values()))
+    cached = agent.assembly_cache
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    sections = []
     if runtime_persona:
         sections.append(PromptSection("persona", runtime_persona))
     if agent.scope.persona:
         sections.append(PromptSection("persona", agent.scope.persona))
-    return PromptAssembly(tuple(sections), tuple(visible_tools(agent).values()))
+    assembly = PromptAssembly(tuple(sections), tuple(visible_tools(agent).values()))
+    agent.assembly_cache = (key, assembly)
+    return assembly
 
 
 def visible_tools(agent: Agent) -> dict[str, Tool]:
@@ -349,11 +361,12 @@ async def _run_step(
     session.add(STEP_START, FrozenDict(turn=st.turn, step=step))
     st.step, st.step_open, st.attempt = step, True, 0
     st.continues = False
-    tools = {t.name: t for t in assembly.tools}
-    key = tuple(id(t) for t in assembly.tools)
-    if key != st.schemas_key:
-        st.schemas_key, st.schemas = key, tuple(t.schema for t in assembly.tools)
-    rendered = render(assembly)
+    if assembly is not st.assembly:
+        st.assembly = assembly
+        st.tools = {t.name: t for t in assembly.tools}
+        st.schemas = tuple(t.schema for t in assembly.tools)
+        st.rendered = render(assembly)
+    tools, rendered = st.tools, st.rendered
     message = await _attempts(agent, st, assembly, decision, rendered)
     content = message["content"]
     calls = [b for b in content if b["type"] == "tool-call"]
@@ -500,22 +513,30 @@ async def _stream(agent: Agent, st: TurnState, prepared: PreparedCall, request: 
         _frame(agent, st, {"frame": "start"})
     failure: Failure | None = None
     stream = prepared.stream(request)
+    feed = asm.feed
     try:
         async for chunk in stream:
-            asm.feed(chunk)
+            feed(chunk)
             if frames:
                 _frame(agent, st, {"frame": "chunk", "index": getattr(chunk, "index", None),
                                    "time": agent.services.clock(), "chunk": chunk})
     except ModelError as exc:
         failure = exc.failure
+        await _close_stream(stream)
     except Exception as exc:  # an adapter bug is a coded failure, not a crashed loop
         failure = Failure("PROVIDER_ERROR", f"{type(exc).__name__}: {exc}")
-    finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_FLUSH_TIMEOUT):
-                await aclose()
+        await _close_stream(stream)
+    except BaseException:
+        await _close_stream(stream)
+        raise
     return _settle_stream(agent, st, asm, failure)
+
+
+async def _close_stream(stream: Any) -> None:
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_FLUSH_TIMEOUT):
+            await aclose()
 
 
 def _settle_stream(agent: Agent, st: TurnState, asm: Assembler, failure: Failure | None) -> FrozenDict | Failure:

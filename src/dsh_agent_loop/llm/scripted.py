@@ -2,10 +2,9 @@
 
 Each request takes the next ``Reply`` of the script (a callable entry is called with the
 request and returns a ``Reply``). Replies stream like a provider's: reasoning and text chunked
-by word, tool calls as a block with its JSON arguments in two pieces, then usage and a finish.
-The stream yields to the scheduler once per delta chunk and before the finish
-(``trio.sleep(latency)``, or a checkpoint when latency is 0), so cancellation can land between
-any two chunks and everything runs under ``MockClock(autojump_threshold=0)``. Running out of
+by word, tool calls as a block with its JSON arguments in one delta, then usage and a finish.
+The stream yields to the scheduler once per delta chunk (``trio.sleep(latency)``, or a
+checkpoint when latency is 0), so cancellation can land between any two deltas and everything runs under ``MockClock(autojump_threshold=0)``. Running out of
 script is an error reply (``SCRIPT_EXHAUSTED``), not a hang.
 """
 
@@ -176,7 +175,6 @@ class ScriptedModel:
 
     async def prepare_call(self, config: Mapping[str, Any]) -> PreparedCall:
         """Resolve ``config`` (nothing to default) for this scripted route."""
-        await trio.lowlevel.checkpoint()
         return PreparedCall(
             config=config,
             stream_fn=self._stream,
@@ -221,7 +219,6 @@ class ScriptedModel:
         if reply.kind == "hang":
             await trio.sleep_forever()
         if reply.kind == "error":
-            await self._pause()
             yield Finish("error", failure=reply.failure)
             return
         for name, raw, call_id in reply.calls:
@@ -233,7 +230,6 @@ class ScriptedModel:
             async for chunk in self._tool_call(index, name, raw, None, complete=False):
                 yield chunk
         yield UsageChunk(reply.usage or _usage(request, out_words, reply))
-        await self._pause()
         if reply.kind == "max-tokens":
             yield Finish("max-tokens", stop_reason="max_tokens")
         elif reply.calls:
@@ -246,20 +242,19 @@ class ScriptedModel:
     ) -> AsyncIterator[Chunk]:
         cid = call_id or f"call-{next(self._call_ids)}"
         yield BlockStart(index, "tool-call", call_id=cid, name=name)
-        half = len(raw) // 2
-        for piece in (raw[:half], raw[half:]):
-            if piece:
-                await self._pause()
-                yield ToolCallDelta(index, piece)
+        if raw:
+            await self._pause()
+            yield ToolCallDelta(index, raw)
         if complete:
             yield BlockEnd(index)
 
 
 def _usage(request: ModelRequest, out_words: int, reply: Reply) -> Usage:
-    """A deterministic usage estimate: about four characters a token."""
-    chars = 0
-    for message in request.messages:
-        for block in message.get("content", ()):
-            chars += len(block.get("text", "")) + len(block.get("arguments", ""))
+    """A deterministic usage estimate in O(1): 10 tokens a message plus the newest message."""
+    messages = request.messages
+    last = 0
+    if messages:
+        for block in messages[-1].get("content", ()):
+            last += len(block.get("text", "")) + len(block.get("arguments", ""))
     calls = sum(len(raw) for _, raw, _ in reply.calls)
-    return Usage(input_tokens=max(1, chars // 4), output_tokens=out_words + calls // 4)
+    return Usage(input_tokens=10 * len(messages) + last // 4, output_tokens=out_words + calls // 4)

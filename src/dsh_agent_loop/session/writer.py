@@ -1,16 +1,22 @@
 """The session writer: one trio task per live session, the only place that talks to its handle.
 
 Design rule (RELIABILITY.md): never acknowledge before commit. ``Session.append`` only queues
-events and wakes this task; the task group-commits everything queued (``append`` + ``flush`` on
-the handle), then acknowledges the flush barriers that the commit covered, then publishes
-``session/event`` for the committed events. Flush callers wait on the barrier; if the store
-fails, every waiting and later flush raises the failure (the agent stops; nothing is reported
-durable that is not). The writer renews the handle's lease every ``lease_ttl / 3`` while idle.
+events and notes it here; the task group-commits everything queued (``append`` + ``flush`` on the
+handle), then acknowledges the flush barriers the commit covered, then publishes the committed
+events. Flush callers wait on the barrier; if the store fails, every waiting and later flush
+raises the failure (the agent stops; nothing is reported durable that is not).
+
+Group commit: appended events wait for a flush barrier, a batch of ``batch_limit`` events, or
+``commit_delay`` seconds, whichever comes first, so a step's events share one commit and a
+crash loses at most the last ``commit_delay`` of unacknowledged events (acknowledged ones
+never). Arming that delay costs no task switch: the first pending event sets the deadline of
+the writer's idle cancel scope. The writer renews the handle's lease every ``lease_ttl / 3``.
 Closing commits what is left, then closes the handle, shielded and bounded.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import final
 
@@ -26,6 +32,10 @@ __all__ = ["SessionWriter", "WriterStatistics"]
 
 #: Seconds a shutdown may spend committing what is left before the handle drops it.
 CLOSE_TIMEOUT = 10.0
+#: Seconds appended events may wait for a flush barrier before they are committed anyway.
+COMMIT_DELAY = 0.05
+#: Pending events that trigger a commit without waiting for a barrier.
+BATCH_LIMIT = 512
 
 
 @attrs.frozen
@@ -49,13 +59,19 @@ class SessionWriter:
         *,
         durable_seq: int = -1,
         on_commit: Callable[[Sequence[Event]], None] | None = None,
+        commit_delay: float = COMMIT_DELAY,
+        batch_limit: int = BATCH_LIMIT,
     ) -> None:
         self.session = session
         self.handle = handle
         self._on_commit = on_commit
+        self._commit_delay = commit_delay
+        self._batch_limit = batch_limit
         self._lot = trio.lowlevel.ParkingLot()
         self._dirty = False
+        self._flush_requested = False
         self._closing = False
+        self._idle_scope: trio.CancelScope | None = None
         # Events up to _handed_seq were given to the handle (stored or staged there);
         # events up to _committed_seq are durable.
         self._handed_seq = session.last_seq - len(session._pending)
@@ -68,9 +84,21 @@ class SessionWriter:
 
     # -- called by the session and the driver ----------------------------------------------
     def wake(self) -> None:
-        """Note that events are pending (``Session.on_append``)."""
+        """Note that events are pending (``Session.on_append``); never switches tasks."""
         if not self._dirty:
             self._dirty = True
+            idle = self._idle_scope
+            if idle is not None:
+                due = trio.current_time() + self._commit_delay
+                if due < idle.deadline:
+                    idle.deadline = due
+        elif len(self.session._pending) >= self._batch_limit:
+            self._request_flush()
+
+    def _request_flush(self) -> None:
+        self._dirty = True
+        if not self._flush_requested:
+            self._flush_requested = True
             self._lot.unpark()
 
     async def flush(self) -> None:
@@ -86,10 +114,8 @@ class SessionWriter:
             if self._stopped.is_set():
                 raise StoreError("the session writer is closed")
             done = self._commit_done
-            self.wake()
+            self._request_flush()
             await done.wait()
-        if self._failure is not None and self._committed_seq < target:
-            raise self._failure_error()
 
     @property
     def failure(self) -> BaseException | None:
@@ -118,34 +144,43 @@ class SessionWriter:
         """Commit until closed; then commit what is left and close the handle."""
         self.session.on_append = self.wake
         self._dirty = self.session.has_pending() or self._handed_seq > self._committed_seq
+        ttl = self.handle.lease_ttl
+        next_renew = trio.current_time() + ttl / 3 if ttl is not None else math.inf
         task_status.started()
         try:
             while not self._closing:
-                await self._wait_for_work()
+                with trio.CancelScope() as idle:
+                    deadline = next_renew
+                    if self._dirty:
+                        deadline = min(deadline, trio.current_time() + self._commit_delay)
+                    idle.deadline = deadline
+                    self._idle_scope = idle
+                    while not (self._flush_requested or self._closing):
+                        await self._lot.park()
+                self._idle_scope = None
                 if self._dirty and self._failure is None:
                     await self._commit()
+                if ttl is not None and trio.current_time() >= next_renew:
+                    next_renew = trio.current_time() + ttl / 3
+                    await self._renew()
         finally:
+            self._idle_scope = None
             with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
                 await self._final_commit_and_close()
             self._stopped.set()
             self._release_waiters()
 
-    async def _wait_for_work(self) -> None:
-        ttl = self.handle.lease_ttl
-        while not self._dirty and not self._closing:
-            if ttl is None:
-                await self._lot.park()
-                continue
-            with trio.move_on_after(ttl / 3) as scope:
-                await self._lot.park()
-            if scope.cancelled_caught and self._failure is None:
-                try:
-                    await self.handle.renew()
-                except StoreError as exc:
-                    self._fail(exc)
+    async def _renew(self) -> None:
+        if self._failure is not None:
+            return
+        try:
+            await self.handle.renew()
+        except (StoreError, OSError) as exc:
+            self._fail(exc)
 
     async def _commit(self) -> None:
         self._dirty = False
+        self._flush_requested = False
         batch = self.session.take_pending()
         if batch or self._handed_seq > self._committed_seq:
             try:

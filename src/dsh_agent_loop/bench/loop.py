@@ -1,0 +1,201 @@
+"""The loop benchmark: the real driver on the scripted model and a memory store.
+
+- W1: one agent, 1,000 steps in one turn, one trivial tool call per step; best of 5; µs/step.
+- W1 growth: µs/step over steps 900–1,000 divided by µs/step over steps 1–100 (must stay ~1:
+  per-step cost may not grow with history).
+- W2: as W1 with 8 parallel trivial tool calls per step.
+- W3: N agents created first (untimed), then all prompted at once, 5 steps each, no latency;
+  steps/s, and MB per live agent (RSS growth / N while the agents are alive).
+
+The reference loop does what one step minimally must, in plain trio: build a dict message,
+append it to a list, send it on a memory channel to a consumer task, await a trivial async tool,
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from ..agent.options import AgentOptions
+from ..llm.base import ModelRequest
+from ..llm.scripted import Reply, ScriptedModel
+from ..runtime import open_runtime
+from ..session.store import SessionStore
+from ..stores.memory import MemoryStore
+from ..tools.base import tool
+
+__all__ = ["reference_loop", "run_loop_bench", "w1", "w3"]
+
+
+@tool
+async def noop(n: int = 0) -> str:
+    """Do nothing and say so."""
+    return "ok"
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm", encoding="ascii") as f:  # noqa: PTH123
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+# -- reference -------------------------------------------------------------------------------
+async def _ref_tool(args: dict[str, Any]) -> str:
+    return "ok"
+
+
+async def _reference_agent(steps: int, calls: int, log: list[Any]) -> None:
+    send, recv = trio.open_memory_channel[dict[str, Any]](0)
+
+    async def consumer() -> None:
+        async with recv:
+            async for message in recv:
+                log.append(message)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(consumer)
+        async with send:
+            for i in range(steps):
+                message = {"role": "assistant", "step": i, "content": [{"type": "text", "text": "x"}]}
+                log.append(message)
+                await send.send(message)
+                for _ in range(calls):
+                    await _ref_tool({"n": i})
+                await trio.lowlevel.checkpoint()
+
+
+def reference_loop(steps: int, calls: int = 1, agents: int = 1) -> float:
+    """Seconds for ``agents`` reference loops of ``steps`` steps, run concurrently."""
+
+    async def main() -> float:
+        logs: list[list[Any]] = [[] for _ in range(agents)]
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for log in logs:
+                nursery.start_soon(_reference_agent, steps, calls, log)
+        return time.perf_counter() - start
+
+    return trio.run(main)
+
+
+# -- the real loop ---------------------------------------------------------------------------
+def _script(steps: int, calls: int, marks: list[float] | None) -> Callable[[ModelRequest], Reply]:
+    count = 0
+    reply_calls = Reply.tool_calls(*[("noop", {"n": i}) for i in range(calls)])
+    done = Reply.text("done")
+
+    def reply(request: ModelRequest) -> Reply:
+        nonlocal count
+        count += 1
+        if marks is not None:
+            marks.append(time.perf_counter())
+        return reply_calls if count < steps else done
+
+    return reply
+
+
+def w1(
+    steps: int = 1000,
+    calls: int = 1,
+    store_factory: Callable[[], SessionStore] = MemoryStore,
+    marks: list[float] | None = None,
+) -> float:
+    """Seconds for one agent to run one turn of ``steps`` steps with ``calls`` tools each."""
+
+    async def main() -> float:
+        model = ScriptedModel([_script(steps, calls, marks)], loop=True)
+        store = store_factory()
+        async with open_runtime(store=store, providers={"s": model}, tools=[noop]) as rt:
+            h = await rt.agents.create(options=AgentOptions(id="w1", provider="s", model="m"))
+            start = time.perf_counter()
+            h.agent.followup("go")
+            await h.agent.wait_idle()
+            elapsed = time.perf_counter() - start
+            assert len(model.requests) == steps, (len(model.requests), steps)
+        return elapsed
+
+    return trio.run(main)
+
+
+def w3(agents: int, steps: int = 5, store_factory: Callable[[], SessionStore] = MemoryStore) -> tuple[float, float]:
+    """(seconds for all agents' turns, MB per live agent)."""
+
+    async def main() -> tuple[float, float]:
+        store = store_factory()
+        gc.collect()
+        before = _rss_bytes()
+        async with open_runtime(store=store, providers={"s": _PerAgentModel(steps)}, tools=[noop]) as rt:
+            handles = [
+                await rt.agents.create(options=AgentOptions(id=f"sim-{i}", provider="s", model="m"))
+                for i in range(agents)
+            ]
+            start = time.perf_counter()
+            for h in handles:
+                h.agent.followup("go")
+            for h in handles:
+                await h.agent.wait_idle()
+            elapsed = time.perf_counter() - start
+            gc.collect()
+            per_agent = (_rss_bytes() - before) / agents / 1e6
+        return elapsed, per_agent
+
+    return trio.run(main)
+
+
+class _PerAgentModel:
+    """Scripted replies per agent: ``steps - 1`` tool steps, then text."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+        self._call = Reply.tool_calls(("noop", {}))
+        self._done = Reply.text("done")
+        self._inner = ScriptedModel([self._reply], loop=True)
+
+    def _reply(self, request: ModelRequest) -> Reply:
+        assistant = sum(1 for m in request.messages if m["role"] == "assistant")
+        return self._call if assistant % self.steps < self.steps - 1 else self._done
+
+    async def prepare_call(self, config: Any) -> Any:
+        return await self._inner.prepare_call(config)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def run_loop_bench(quick: bool = False) -> dict[str, Any]:
+    """Run W1, W1 growth, W2 and W3 (and their references); returns the JSON record."""
+    steps = 1000
+    w1_runs = [w1(steps) for _ in range(5)]
+    ref1 = min(reference_loop(steps) for _ in range(5))
+    marks: list[float] = []
+    w1(steps, marks=marks)
+    first = (marks[100] - marks[0]) / 100
+    last = (marks[-1] - marks[-101]) / 100
+    w2_steps = 500
+    w2_runs = [w1(w2_steps, calls=8) for _ in range(3)]
+    ref2 = min(reference_loop(w2_steps, calls=8) for _ in range(3))
+    result: dict[str, Any] = {
+        "w1_us_per_step": min(w1_runs) / steps * 1e6,
+        "w1_ref_us_per_step": ref1 / steps * 1e6,
+        "w1_growth_100_vs_10": last / first,
+        "w2_us_per_step": min(w2_runs) / w2_steps * 1e6,
+        "w2_ref_us_per_step": ref2 / w2_steps * 1e6,
+        "w3": [],
+    }
+    for n in (1000,) if quick else (1000, 10000):
+        elapsed, mb = w3(n)
+        ref = reference_loop(5, agents=n)
+        result["w3"].append(
+            {
+                "agents": n,
+                "steps_per_s": n * 5 / elapsed,
+                "ref_steps_per_s": n * 5 / ref,
+                "mb_per_agent": mb,
+            }
+        )
+    return result

@@ -1,0 +1,314 @@
+"""``explore_cancellation``: cancel a scenario at every checkpoint its agents execute, and check.
+
+How it enumerates (RELIABILITY.md): trio delivers cancellation only at checkpoints, and
+``Instrument.after_task_step`` fires after each step of each task — right after the task
+yielded at a checkpoint. A dry run counts the steps of the tasks in the agents' task trees (a
+task belongs to a tree when walking ``parent_nursery.parent_task`` upward reaches an agent's
+driver task): that is K. Then, for n in 1..K, the scenario runs again from the same seed, in a
+fresh ``trio.run`` under ``MockClock(autojump_threshold=0)`` with trio's scheduler RNG seeded, and
+at the n-th counted step the instrument calls ``agent.cancel()`` on the agent that stepped. If
+the step ended at a cancellable wait, ``Cancelled`` arrives exactly there; otherwise at the next
+cancel point — so 1..K covers every checkpoint the turns execute.
+
+After each run it checks ``invariants.check`` on every stored session (no open turn may remain)
+and the §11 guarantees it can observe: a turn open when the cancel fired ends ``aborted`` with
+the first cause, every committed ``assistant/message`` holds exactly the text its stream
+delivered, and every agent is idle when the scenario returns. The dry run is repeated to check
+that K is stable (a non-deterministic scenario cannot be explored).
+
+The instrument's own failures are recorded, never raised (trio silently removes an instrument
+that raises), so a harness bug shows up as a failure, not as a quietly shorter run.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, final
+
+import attrs
+import trio
+import trio.testing
+
+from .. import invariants
+from ..agent.driver import Agent
+from ..events import ASSISTANT_ATTEMPT, ASSISTANT_MESSAGE, ASSISTANT_STREAM, TURN_END, Event
+from ..llm.base import ModelAdapter, TextDelta
+from ..runtime import Runtime, open_runtime
+from ..session.store import SessionStore
+from ..stores.memory import MemoryStore
+from ..tools.base import Tool
+
+__all__ = ["CancellationReport", "explore_cancellation"]
+
+Scenario = Callable[[Runtime], Awaitable[None]]
+#: Virtual seconds a scenario may take before it is reported as hung.
+HANG_LIMIT = 24 * 3600.0
+
+
+@final
+@attrs.frozen
+class CancellationReport:
+    """What ``explore_cancellation`` found."""
+
+    checkpoints: int
+    """K: steps of the agents' task trees in the dry run."""
+    runs: int
+    """Scenario runs with a cancel injected."""
+    failures: list[tuple[int, str]]
+    """``(checkpoint, problem)`` for every problem found (empty: all good)."""
+    sites: int = 0
+    """Distinct code locations where a cancel was injected."""
+
+    @property
+    def ok(self) -> bool:
+        """True when no run failed."""
+        return not self.failures
+
+
+class _Probe(trio.abc.Instrument):
+    """Counts agent-tree task steps; cancels the stepping agent at step ``cancel_at``."""
+
+    def __init__(self, cancel_at: int | None) -> None:
+        self.cancel_at = cancel_at
+        self.count = 0
+        self.drivers: dict[trio.lowlevel.Task, Agent] = {}
+        self._owner: dict[trio.lowlevel.Task, trio.lowlevel.Task | None] = {}
+        self.errors: list[str] = []
+        self.fired: tuple[Agent, int | None, int] | None = None
+        """(agent, turn open at the cancel or None, log length then)."""
+        self.site: str | None = None
+
+    def _root(self, task: trio.lowlevel.Task) -> trio.lowlevel.Task | None:
+        if task in self._owner:
+            return self._owner[task]
+        path = []
+        current: trio.lowlevel.Task | None = task
+        root: trio.lowlevel.Task | None = None
+        while current is not None:
+            if current in self._owner:
+                root = self._owner[current]
+                break
+            path.append(current)
+            if current in self.drivers:
+                root = current
+                break
+            nursery = current.parent_nursery
+            current = nursery.parent_task if nursery is not None else None
+        for t in path:
+            if t in self.drivers or root is not None:
+                self._owner[t] = root
+        return root
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        try:
+            root = self._root(task)
+            if root is None:
+                return
+            self.count += 1
+            if self.count == self.cancel_at:
+                agent = self.drivers[root]
+                state = agent.log.state
+                self.fired = (agent, state.turn if state.open_turn else None, len(agent.log))
+                self.site = _site(task)
+                agent.cancel(cause="user")
+        except Exception as exc:  # an instrument that raises is silently removed: record instead
+            self.errors.append(f"instrument failed: {exc!r}")
+
+    def register(self, agent: Agent, task: trio.lowlevel.Task) -> None:
+        self.drivers[task] = agent
+        self._owner.pop(task, None)
+
+
+def _site(task: trio.lowlevel.Task) -> str:
+    coro: Any = task.coro
+    frame = None
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None) or frame
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+    if frame is None:
+        return "?"
+    return f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}"
+
+
+@attrs.define
+class _Run:
+    checkpoints: int
+    logs: dict[str, list[Event]]
+    problems: list[str]
+    site: str | None
+
+
+def _streams(frames: list[Event]) -> tuple[dict[tuple[Any, int], str], list[tuple[Any, ...]], list[str]]:
+    """Fold stream frames: delivered text per committed seq, abandoned streams, problems."""
+    open_: dict[tuple[Any, ...], list[str]] = {}
+    committed: dict[tuple[Any, int], str] = {}
+    abandoned: list[tuple[Any, ...]] = []
+    problems: list[str] = []
+    for frame in frames:
+        data = frame.data
+        key = (data.get("agent_id"), data["turn"], data["step"], data["attempt"])
+        kind = data["frame"]
+        if kind == "start":
+            if key in open_:
+                problems.append(f"stream {key} started twice")
+            open_[key] = []
+        elif kind == "chunk" and isinstance(data["chunk"], TextDelta):
+            open_.setdefault(key, []).append(data["chunk"].text)
+        elif kind == "end":
+            if key not in open_:
+                problems.append(f"stream {key} ended without a start, or twice")
+            text = "".join(open_.pop(key, []))
+            if data.get("outcome") == "committed":
+                committed[(data.get("agent_id"), data["seq"])] = text
+            else:
+                abandoned.append((*key, text))
+    problems.extend(f"stream {key} has no end frame" for key in open_)
+    return committed, abandoned, problems
+
+
+async def _run_scenario(
+    scenario: Scenario,
+    probe: _Probe,
+    providers: Callable[[], Mapping[str, ModelAdapter]],
+    tools: Iterable[Tool],
+    store: SessionStore,
+    seed: int,
+) -> _Run:
+    problems: list[str] = []
+    frames: list[Event] = []
+    agents: list[Agent] = []
+    async with open_runtime(store=store, providers=providers(), tools=tools, seed=seed,
+                            clock=trio.current_time) as rt:
+        rt.hooks.on(ASSISTANT_STREAM, frames.append)
+        rt.hooks.on("agent/created", lambda e: _track(rt, e, probe, agents))
+        with trio.move_on_after(HANG_LIMIT) as guard:
+            await scenario(rt)
+        if guard.cancelled_caught:
+            problems.append("the scenario hung")
+        for agent in rt.agents.list():
+            if agent.status.value != "idle":
+                problems.append(f"agent {agent.id!r} is not idle when the scenario returned")
+    logs: dict[str, list[Event]] = {}
+    for info in await store.list():
+        handle = await store.open(info.session_id, "read")
+        logs[info.session_id] = await handle.read()
+        await handle.close()
+    problems.extend(_check_logs(logs, frames, probe, agents))
+    return _Run(probe.count, logs, problems + probe.errors, probe.site)
+
+
+def _track(rt: Runtime, event: Event, probe: _Probe, agents: list[Agent]) -> None:
+    agent = rt.agents.get(event.data["agent_id"])
+    if agent is not None:
+        agents.append(agent)
+        agent.on_driver_start = probe.register
+
+
+def _check_logs(logs: dict[str, list[Event]], frames: list[Event], probe: _Probe, agents: list[Agent]) -> list[str]:
+    problems = []
+    for sid, events in logs.items():
+        for violation in invariants.check(events, allow_open_turn=False):
+            problems.append(f"{sid}: {violation}")
+    committed, abandoned, stream_problems = _streams(frames)
+    problems.extend(stream_problems)
+    by_agent = {a.id: a for a in agents}
+    for (agent_id, seq), text in committed.items():
+        agent = by_agent.get(agent_id)
+        if agent is None:
+            continue
+        stored = logs.get(agent.session_id, [])
+        if seq >= len(stored) or stored[seq].type != ASSISTANT_MESSAGE:
+            problems.append(f"{agent.session_id}: committed frame names seq {seq}, not an assistant/message")
+            continue
+        content = stored[seq].data["message"]["content"]
+        kept = "".join(b["text"] for b in content if b["type"] == "text")
+        if kept != text:
+            problems.append(f"{agent.session_id}: seq {seq} keeps {kept!r} but the stream delivered {text!r}")
+    for agent_id, turn, step, attempt, text in abandoned:
+        agent = by_agent.get(agent_id)
+        if agent is None or not text:
+            continue
+        attempts = [
+            e for e in logs.get(agent.session_id, [])
+            if e.type == ASSISTANT_ATTEMPT and (e.data["turn"], e.data["step"], e.data["stream"]["attempt"]) == (turn, step, attempt)
+        ]
+        if not attempts or attempts[0].data["failure"]["code"] == "ABORTED" or attempts[0].data["stream"].get("text") != text:
+            problems.append(f"{agent.session_id}: delivered text {text!r} of turn {turn} step {step} was not kept")
+    if probe.fired is not None:
+        agent, open_turn, _ = probe.fired
+        if open_turn is not None:
+            ends = [e for e in logs.get(agent.session_id, []) if e.type == TURN_END and e.data["turn"] == open_turn]
+            if not ends:
+                problems.append(f"turn {open_turn} open at the cancel has no turn/end")
+            elif ends[0].data["reason"].get("kind") != "aborted" or ends[0].data["reason"].get("cause") != "user":
+                problems.append(f"turn {open_turn} open at the cancel ended {dict(ends[0].data['reason'])}")
+    return problems
+
+
+def _one_run(
+    scenario: Scenario,
+    providers: Callable[[], Mapping[str, ModelAdapter]],
+    tools: Iterable[Tool],
+    store_factory: Callable[[], SessionStore],
+    seed: int,
+    cancel_at: int | None,
+) -> _Run:
+    probe = _Probe(cancel_at)
+    trio._core._run._r.seed(seed)  # trio's scheduling RNG (private; pinned by our tests)
+    random_state = random.getstate()
+    random.seed(seed)
+    try:
+        return trio.run(
+            _run_scenario, scenario, probe, providers, tuple(tools), store_factory(), seed,
+            clock=trio.testing.MockClock(autojump_threshold=0), instruments=[probe],
+        )
+    finally:
+        random.setstate(random_state)
+
+
+def _strip(logs: dict[str, list[Event]]) -> list[list[tuple[Any, ...]]]:
+    """Logs without session ids, for determinism comparison."""
+    return [[(e.type, e.seq, e.time, e.data) for e in events] for _, events in sorted(logs.items(), key=lambda kv: kv[1][0].time if kv[1] else 0)]
+
+
+def explore_cancellation(
+    scenario: Scenario,
+    *,
+    providers: Callable[[], Mapping[str, ModelAdapter]],
+    tools: Iterable[Tool] = (),
+    store_factory: Callable[[], SessionStore] = MemoryStore,
+    seed: int = 0,
+    max_checkpoints: int | None = None,
+) -> CancellationReport:
+    """Run ``scenario`` once per reachable checkpoint, cancelling the active turn there.
+
+    Args:
+        scenario: ``async def scenario(rt)``: create agents, prompt them, wait for them.
+        providers: A zero-argument factory of the providers mapping (fresh models per run).
+        tools: Runtime tools.
+        store_factory: Makes a fresh store per run; it must not use threads (use memory).
+        seed: Seeds trio's scheduler, the runtime's random source and ``random``.
+        max_checkpoints: Explore at most this many checkpoints (spread evenly), or all.
+
+    Returns:
+        The report: ``checkpoints`` (K), ``runs`` and ``failures``.
+    """
+    tools = tuple(tools)
+    dry = _one_run(scenario, providers, tools, store_factory, seed, None)
+    failures = [(0, problem) for problem in dry.problems]
+    again = _one_run(scenario, providers, tools, store_factory, seed, None)
+    if again.checkpoints != dry.checkpoints:
+        failures.append((0, f"K is not stable: {dry.checkpoints} then {again.checkpoints} (non-deterministic scenario)"))
+    k = dry.checkpoints
+    points = list(range(1, k + 1))
+    if max_checkpoints is not None and k > max_checkpoints:
+        stride = k / max_checkpoints
+        points = sorted({1 + int(i * stride) for i in range(max_checkpoints)})
+    sites: set[str] = set()
+    for n in points:
+        run = _one_run(scenario, providers, tools, store_factory, seed, n)
+        if run.site is not None:
+            sites.add(run.site)
+        failures.extend((n, problem) for problem in run.problems)
+    return CancellationReport(checkpoints=k, runs=len(points), failures=failures, sites=len(sites))

@@ -1,0 +1,544 @@
+"""Built-in tools, opt-in by name: read, list and search files; write and edit them; run commands.
+
+Confinement rule: every path argument is resolved against the agent's ``cwd`` with symlinks
+followed (``..``, absolute paths and symlinks all collapse into one real path) and must land
+inside the resolved ``cwd``; I/O then uses that resolved path. A refused call or a failed
+file operation is an error result the model can read (``content`` starts with ``Error:``,
+``error`` carries a code such as ``PATH_OUTSIDE_CWD``), not an exception. An agent without a
+``cwd`` gets ``NO_CWD``. (A path swapped for a symlink between the check and the I/O is not
+caught: confinement guards against the model's mistakes, it is not a sandbox.)
+
+Reading tools are ``parallel``; ``write_file``, ``edit_file`` and ``run_command`` change the
+workspace and are ``exclusive``. Blocking file I/O runs in ``trio.to_thread``; commands run
+with ``trio.run_process`` in their own process group, killed as a group on timeout or cancel.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import stat
+import subprocess
+from collections.abc import Iterator, Mapping
+from functools import partial
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final
+
+import trio
+
+from .base import Handler, Tool, ToolContext, ToolResult
+
+__all__ = ["BUILTIN_TOOLS", "builtin_tool"]
+
+#: Lines ``read_file`` returns by default, and the most characters in one answer.
+DEFAULT_READ_LINES: Final = 2_000
+MAX_READ_CHARS: Final = 100_000
+MAX_LIST_ENTRIES: Final = 1_000
+DEFAULT_SEARCH_RESULTS: Final = 100
+MAX_SEARCH_RESULTS: Final = 1_000
+#: Files larger than this, or with a NUL byte near the start, are not searched.
+MAX_SEARCH_FILE_BYTES: Final = 2_000_000
+MAX_MATCH_LINE_CHARS: Final = 300
+SEARCH_SKIPPED_DIRS: Final = frozenset(
+    {".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv"}
+)
+DEFAULT_COMMAND_TIMEOUT_S: Final = 120.0
+#: Command output kept: this many bytes from the start and from the end.
+COMMAND_OUTPUT_HEAD: Final = 20_000
+COMMAND_OUTPUT_TAIL: Final = 10_000
+#: After the command exits, how long output from its leftover children is still read.
+OUTPUT_GRACE_S: Final = 1.0
+
+
+class _Refusal(Exception):
+    """A call that cannot be carried out; becomes ``ToolResult(error=code)``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _guarded(fn: Handler) -> Handler:
+    async def handler(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult | str:
+        try:
+            return await fn(arguments, context)
+        except _Refusal as refusal:
+            return ToolResult(content=f"Error: {refusal.message}", error=refusal.code)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            if "path" in arguments:
+                reason = f"{reason}: {arguments['path']!r}"
+            return ToolResult(content=f"Error: {reason}", error="IO_ERROR")
+
+    return handler
+
+
+# --- confinement ------------------------------------------------------------------------------
+
+
+async def _root(context: ToolContext) -> Path:
+    if not context.cwd:
+        raise _Refusal("NO_CWD", "this tool works inside the agent's cwd, and the agent has none")
+    root = await trio.Path(context.cwd).resolve()
+    if not await root.is_dir():
+        raise _Refusal("NO_CWD", f"the agent's cwd {context.cwd!r} is not a directory")
+    return Path(root)
+
+
+async def _inside(root: Path, raw: Any) -> Path:
+    """The real path of ``raw`` (relative to ``root``), refused unless it lies inside ``root``."""
+    if not isinstance(raw, str) or not raw or "\x00" in raw:
+        raise _Refusal("INVALID_ARGUMENTS", "path must be a non-empty string")
+    target = Path(await trio.Path(root / raw).resolve())
+    if not target.is_relative_to(root):
+        raise _Refusal("PATH_OUTSIDE_CWD", f"path {raw!r} is outside the working directory")
+    return target
+
+
+def _shown(root: Path, path: Path) -> str:
+    return path.relative_to(root).as_posix() or "."
+
+
+async def _existing(root: Path, raw: Any) -> Path:
+    path = await _inside(root, raw)
+    if not await trio.Path(path).exists():
+        raise _Refusal("NOT_FOUND", f"{raw!r} does not exist")
+    return path
+
+
+async def _existing_file(root: Path, raw: Any) -> Path:
+    path = await _existing(root, raw)
+    if not await trio.Path(path).is_file():
+        raise _Refusal("NOT_A_FILE", f"{raw!r} is not a file")
+    return path
+
+
+def _int_argument(arguments: Mapping[str, Any], name: str, default: int, low: int = 1) -> int:
+    value = arguments.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise _Refusal("INVALID_ARGUMENTS", f"{name} must be an integer >= {low}")
+    return value
+
+
+def _text_argument(arguments: Mapping[str, Any], name: str, *, empty: bool = True) -> str:
+    value = arguments.get(name)
+    if not isinstance(value, str) or (not empty and not value):
+        kind = "a string" if empty else "a non-empty string"
+        raise _Refusal("INVALID_ARGUMENTS", f"{name} must be {kind}")
+    return value
+
+
+# --- read_file --------------------------------------------------------------------------------
+
+
+def _read_lines(path: Path, offset: int, limit: int) -> tuple[list[str], bool, int]:
+    """Lines ``offset`` (1-based) onward: at most ``limit`` and ``MAX_READ_CHARS``.
+
+    Returns the lines, whether more follow, and the number of the last line seen.
+    """
+    lines: list[str] = []
+    size = 0
+    number = 0
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, start=1):
+            if number < offset:
+                continue
+            if len(lines) >= limit or (lines and size + len(line) > MAX_READ_CHARS):
+                return lines, True, number
+            if len(line) > MAX_READ_CHARS:
+                line = line[:MAX_READ_CHARS] + " [... line truncated]\n"
+            lines.append(line)
+            size += len(line)
+    return lines, False, number
+
+
+async def _read_file(arguments: Mapping[str, Any], context: ToolContext) -> str:
+    root = await _root(context)
+    path = await _existing_file(root, arguments.get("path"))
+    offset = _int_argument(arguments, "offset", 1)
+    limit = _int_argument(arguments, "limit", DEFAULT_READ_LINES)
+    lines, more, last = await trio.to_thread.run_sync(_read_lines, path, offset, limit)
+    if not lines:
+        if last == 0:
+            return "(empty file)"
+        return f"[offset {offset} is past the end of the file, which has {last} lines]"
+    text = "".join(lines)
+    if more:
+        end = offset + len(lines) - 1
+        text += (
+            f"{'' if text.endswith(chr(10)) else chr(10)}[... truncated: lines {offset}-{end} "
+            f"shown; read on with offset={end + 1}]"
+        )
+    return text
+
+
+# --- list_dir ---------------------------------------------------------------------------------
+
+
+def _list(path: Path) -> list[str]:
+    entries = []
+    with os.scandir(path) as it:
+        for entry in it:
+            if entry.is_symlink():
+                entries.append(f"{entry.name}@")
+            elif entry.is_dir():
+                entries.append(f"{entry.name}/")
+            else:
+                entries.append(entry.name)
+    return sorted(entries)
+
+
+async def _list_dir(arguments: Mapping[str, Any], context: ToolContext) -> str:
+    root = await _root(context)
+    raw = arguments.get("path") or "."
+    path = await _existing(root, raw)
+    if not await trio.Path(path).is_dir():
+        raise _Refusal("NOT_A_DIRECTORY", f"{raw!r} is not a directory")
+    entries = await trio.to_thread.run_sync(_list, path)
+    if not entries:
+        return f"({_shown(root, path)} is empty)"
+    shown = entries[:MAX_LIST_ENTRIES]
+    if len(entries) > len(shown):
+        shown.append(f"[... truncated: {len(entries) - len(shown)} more entries]")
+    return "\n".join(shown)
+
+
+# --- search_text ------------------------------------------------------------------------------
+
+
+def _candidate_files(root: Path, base: Path) -> Iterator[Path]:
+    if not base.is_dir():
+        yield base
+        return
+    for dirpath, dirnames, filenames in os.walk(base):  # symlinked dirs are not entered
+        dirnames[:] = sorted(d for d in dirnames if d not in SEARCH_SKIPPED_DIRS)
+        for name in sorted(filenames):
+            path = Path(dirpath, name)
+            if not path.is_symlink() or path.resolve().is_relative_to(root):
+                yield path
+
+
+def _file_text(path: Path) -> str | None:
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SEARCH_FILE_BYTES:
+            return None  # FIFOs and devices would block; big files are rarely source
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if b"\x00" in data[:8192]:
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+def _search(root: Path, base: Path, regex: re.Pattern[str], limit: int) -> tuple[list[str], bool]:
+    matches: list[str] = []
+    for path in _candidate_files(root, base):
+        text = _file_text(path)
+        if text is None:
+            continue
+        for number, line in enumerate(text.splitlines(), start=1):
+            if regex.search(line):
+                if len(matches) == limit:
+                    return matches, True
+                matches.append(f"{_shown(root, path)}:{number}: {line[:MAX_MATCH_LINE_CHARS]}")
+    return matches, False
+
+
+async def _search_text(arguments: Mapping[str, Any], context: ToolContext) -> str:
+    root = await _root(context)
+    pattern = _text_argument(arguments, "pattern", empty=False)
+    try:
+        regex = re.compile(pattern)
+    except re.error as exc:
+        raise _Refusal("INVALID_ARGUMENTS", f"invalid regular expression: {exc}") from None
+    base = await _existing(root, arguments.get("path") or ".")
+    limit = _int_argument(arguments, "max_results", DEFAULT_SEARCH_RESULTS)
+    limit = min(limit, MAX_SEARCH_RESULTS)
+    # Read-only work: on cancel the thread is abandoned and its answer dropped.
+    matches, more = await trio.to_thread.run_sync(
+        _search, root, base, regex, limit, abandon_on_cancel=True
+    )
+    if not matches:
+        return "No matches."
+    if more:
+        matches.append(f"[... stopped after {limit} matches]")
+    return "\n".join(matches)
+
+
+# --- write_file, edit_file --------------------------------------------------------------------
+
+
+def _write(path: Path, content: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8", newline="") as f:
+        f.write(content)
+
+
+async def _write_file(arguments: Mapping[str, Any], context: ToolContext) -> str:
+    root = await _root(context)
+    raw = arguments.get("path")
+    content = _text_argument(arguments, "content")
+    path = await _inside(root, raw)
+    existed = await trio.Path(path).exists()
+    if existed and not await trio.Path(path).is_file():
+        raise _Refusal("NOT_A_FILE", f"{raw!r} is not a regular file")
+    await trio.to_thread.run_sync(_write, path, content)
+    verb = "Overwrote" if existed else "Created"
+    return f"{verb} {_shown(root, path)} ({len(content)} characters)"
+
+
+def _read_exact(path: Path) -> str:
+    with path.open(encoding="utf-8", newline="") as f:
+        return f.read()
+
+
+def _occurrences(text: str, old: str) -> list[int]:
+    """Start offsets of ``old`` in ``text``, overlapping ones included."""
+    found = []
+    start = text.find(old)
+    while start != -1:
+        found.append(start)
+        start = text.find(old, start + 1)
+    return found
+
+
+async def _edit_file(arguments: Mapping[str, Any], context: ToolContext) -> str:
+    root = await _root(context)
+    raw = arguments.get("path")
+    old = _text_argument(arguments, "old", empty=False)
+    new = _text_argument(arguments, "new")
+    path = await _existing_file(root, raw)
+    try:
+        text = await trio.to_thread.run_sync(_read_exact, path)
+    except UnicodeDecodeError:
+        raise _Refusal("NOT_TEXT", f"{raw!r} is not UTF-8 text") from None
+    found = _occurrences(text, old)
+    if not found:
+        raise _Refusal("EDIT_NO_MATCH", f"the old text was not found in {raw!r}")
+    if len(found) > 1:
+        raise _Refusal(
+            "EDIT_AMBIGUOUS",
+            f"the old text occurs {len(found)} times in {raw!r}; "
+            "include more surrounding text so that it matches exactly once",
+        )
+    at = found[0]
+    await trio.to_thread.run_sync(_write, path, text[:at] + new + text[at + len(old) :])
+    line = text.count("\n", 0, at) + 1
+    return f"Edited {_shown(root, path)}: replaced 1 occurrence at line {line}"
+
+
+# --- run_command ------------------------------------------------------------------------------
+
+
+class _Output:
+    """Command output kept as a head and a tail; the middle of a long output is dropped."""
+
+    def __init__(self) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes | bytearray) -> None:
+        self.total += len(chunk)
+        room = COMMAND_OUTPUT_HEAD - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        self.tail += chunk
+        del self.tail[:-COMMAND_OUTPUT_TAIL]
+
+    def text(self) -> str:
+        dropped = self.total - len(self.head) - len(self.tail)
+        head = self.head.decode("utf-8", errors="replace")
+        tail = self.tail.decode("utf-8", errors="replace")
+        if dropped <= 0:
+            return head + tail
+        return f"{head}\n[... {dropped} bytes of output truncated ...]\n{tail}"
+
+
+async def _kill_group(process: trio.Process) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+async def _drain(stream: trio.abc.ReceiveStream, output: _Output) -> None:
+    async for chunk in stream:
+        output.add(chunk)
+
+
+async def _run(command: str, cwd: Path, timeout_s: float) -> tuple[_Output, int | None]:
+    """Run ``command`` in a shell; the exit code, or None when it timed out and was killed."""
+    output = _Output()
+    async with trio.open_nursery() as nursery:
+        process: trio.Process = await nursery.start(
+            partial(
+                trio.run_process,
+                command,
+                shell=True,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                check=False,
+                start_new_session=True,
+                deliver_cancel=_kill_group,
+            )
+        )
+        assert process.stdout is not None
+        with trio.move_on_after(timeout_s) as timeout:
+            async with trio.open_nursery() as reading:
+                reading.start_soon(_drain, process.stdout, output)
+                await process.wait()
+                # A child left running may hold the pipe open: read on only briefly.
+                reading.cancel_scope.deadline = trio.current_time() + OUTPUT_GRACE_S
+        if timeout.cancelled_caught and process.returncode is None:
+            nursery.cancel_scope.cancel()
+            return output, None
+    return output, process.returncode
+
+
+async def _run_command(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+    root = await _root(context)
+    command = _text_argument(arguments, "command", empty=False)
+    timeout_s = arguments.get("timeout_s", DEFAULT_COMMAND_TIMEOUT_S)
+    if timeout_s is None:
+        timeout_s = DEFAULT_COMMAND_TIMEOUT_S
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
+        raise _Refusal("INVALID_ARGUMENTS", "timeout_s must be a positive number")
+    output, code = await _run(command, root, float(timeout_s))
+    text = output.text() or "(no output)\n"
+    if not text.endswith("\n"):
+        text += "\n"
+    meta = {"exit_code": code, "timed_out": code is None, "output_bytes": output.total}
+    if code is None:
+        return ToolResult(
+            content=f"{text}[timed out after {timeout_s:g}s; the command was killed]",
+            error="TIMEOUT",
+            meta=meta,
+        )
+    return ToolResult(content=f"{text}[exit code: {code}]", meta=meta)
+
+
+# --- registry ---------------------------------------------------------------------------------
+
+
+def _schema(required: list[str], **properties: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+_PATH = {"type": "string", "description": "A path relative to the working directory."}
+_DIR = {**_PATH, "default": "."}
+
+
+_READ_FILE = Tool(
+    name="read_file",
+    description="Read a UTF-8 text file, optionally a window of its lines.",
+    parameters=_schema(
+        ["path"],
+        path=_PATH,
+        offset={"type": "integer", "minimum": 1, "description": "First line (1-based)."},
+        limit={"type": "integer", "minimum": 1, "description": "Most lines to return."},
+    ),
+    handler=_guarded(_read_file),
+)
+
+_LIST_DIR = Tool(
+    name="list_dir",
+    description="List a directory: subdirectories end in '/', symlinks in '@'.",
+    parameters=_schema([], path=_DIR),
+    handler=_guarded(_list_dir),
+)
+
+_SEARCH_TEXT = Tool(
+    name="search_text",
+    description=(
+        "Search files under a path for lines matching a Python regular expression; "
+        "answers 'path:line: text'. Skips binary files and VCS, cache and vendor dirs."
+    ),
+    parameters=_schema(
+        ["pattern"],
+        pattern={"type": "string", "minLength": 1},
+        path=_DIR,
+        max_results={
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_SEARCH_RESULTS,
+            "default": DEFAULT_SEARCH_RESULTS,
+        },
+    ),
+    handler=_guarded(_search_text),
+)
+
+_WRITE_FILE = Tool(
+    name="write_file",
+    description="Create or overwrite a text file (parent directories are created).",
+    parameters=_schema(["path", "content"], path=_PATH, content={"type": "string"}),
+    handler=_guarded(_write_file),
+    execution_mode="exclusive",
+)
+
+_EDIT_FILE = Tool(
+    name="edit_file",
+    description="Replace the one occurrence of `old` in a file with `new`.",
+    parameters=_schema(
+        ["path", "old", "new"],
+        path=_PATH,
+        old={"type": "string", "minLength": 1, "description": "Exact text, unique."},
+        new={"type": "string"},
+    ),
+    handler=_guarded(_edit_file),
+    execution_mode="exclusive",
+)
+
+_RUN_COMMAND = Tool(
+    name="run_command",
+    description=(
+        "Run a shell command in the working directory; answers its combined stdout "
+        "and stderr (long output is truncated in the middle) and its exit code."
+    ),
+    parameters=_schema(
+        ["command"],
+        command={"type": "string", "minLength": 1},
+        timeout_s={
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "default": DEFAULT_COMMAND_TIMEOUT_S,
+        },
+    ),
+    handler=_guarded(_run_command),
+    execution_mode="exclusive",
+)
+
+#: The built-in tools by name. None is active unless named (``AgentOptions(tools=[...])``).
+BUILTIN_TOOLS: Final[Mapping[str, Tool]] = MappingProxyType(
+    {
+        t.name: t
+        for t in (_READ_FILE, _LIST_DIR, _SEARCH_TEXT, _WRITE_FILE, _EDIT_FILE, _RUN_COMMAND)
+    }
+)
+
+
+def builtin_tool(name: str) -> Tool:
+    """The built-in tool called ``name``.
+
+    Raises:
+        KeyError: no built-in tool has that name (the message lists the names).
+    """
+    try:
+        return BUILTIN_TOOLS[name]
+    except KeyError:
+        known = ", ".join(BUILTIN_TOOLS)
+        raise KeyError(f"unknown built-in tool {name!r} (built-ins: {known})") from None

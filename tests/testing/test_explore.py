@@ -1,0 +1,143 @@
+"""explore_cancellation: every checkpoint of the issue's scenarios, and broken variants it must catch."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+import dsh_agent_loop.agent.tool_calls as tool_calls
+import dsh_agent_loop.agent.turn as turn
+from dsh_agent_loop import AgentOptions, Reply, ScriptedModel, tool
+from dsh_agent_loop.testing import explore_cancellation
+
+
+@tool(execution_mode="exclusive")
+async def set_note(text: str) -> str:
+    """Set a note."""
+    await trio.sleep(0.01)
+    return f"noted {text}"
+
+
+@tool
+async def weather(city: str) -> str:
+    """Look up the weather."""
+    await trio.sleep(0.02 if city == "Paris" else 0.01)
+    return f"sunny in {city}"
+
+
+async def one_prompt(rt):
+    h = await rt.agents.create(options=AgentOptions(id="main", provider="scripted", model="m"))
+    h.agent.followup("go")
+    await h.agent.wait_idle()
+
+
+def text_model():
+    return {"scripted": ScriptedModel([Reply.text("Hello there, friend", reasoning="think it over")])}
+
+
+def tools_model():
+    return {
+        "scripted": ScriptedModel(
+            [
+                Reply.tool_calls(
+                    ("set_note", {"text": "a"}),
+                    ("weather", {"city": "Paris"}),
+                    ("weather", {"city": "Rome"}),
+                    ("weather", {"city": "Oslo"}),
+                ),
+                Reply.text("all done"),
+            ]
+        )
+    }
+
+
+def retry_model():
+    return {
+        "scripted": ScriptedModel(
+            [Reply.error("HTTP_5XX", "bad gateway", after_text="par"), Reply.text("second try works")]
+        )
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "providers", "tools", "min_k"),
+    [
+        ("text", text_model, (), 8),
+        ("tools", tools_model, (set_note, weather), 20),
+        ("retry", retry_model, (), 8),
+    ],
+)
+def test_every_checkpoint_is_well_formed(name, providers, tools, min_k, capsys):
+    report = explore_cancellation(one_prompt, providers=providers, tools=tools, seed=1)
+    with capsys.disabled():
+        print(f"\nexplore_cancellation[{name}]: K={report.checkpoints} runs={report.runs} sites={report.sites}")
+    assert report.failures == []
+    assert report.checkpoints >= min_k
+    assert report.runs == report.checkpoints
+    assert report.sites >= 2
+
+
+def test_k_is_deterministic():
+    a = explore_cancellation(one_prompt, providers=tools_model, tools=(set_note, weather), seed=3)
+    b = explore_cancellation(one_prompt, providers=tools_model, tools=(set_note, weather), seed=3)
+    assert a.checkpoints == b.checkpoints
+    assert a.failures == b.failures == []
+
+
+def test_catches_a_lost_interrupted_anchor(monkeypatch):
+    original = turn._close_open_work
+
+    def forget_stream(agent, st):
+        st.asm = None
+        original(agent, st)
+
+    monkeypatch.setattr(turn, "_close_open_work", forget_stream)
+    report = explore_cancellation(one_prompt, providers=text_model)
+    assert report.failures
+    assert any("no end frame" in problem for _, problem in report.failures)
+
+
+def test_catches_a_wrong_delivered_prefix(monkeypatch):
+    from dsh_agent_loop.llm.assemble import Assembler
+
+    original = Assembler.content
+
+    def drop_last_word(self):
+        blocks = original(self)
+        if self.finish is None and blocks and blocks[-1]["type"] == "text":
+            from dsh_agent_loop import FrozenDict
+
+            text = blocks[-1]["text"].rsplit(" ", 1)[0]
+            blocks = (*blocks[:-1], FrozenDict(type="text", text=text + "!"))
+        return blocks
+
+    monkeypatch.setattr(Assembler, "content", drop_last_word)
+    report = explore_cancellation(one_prompt, providers=text_model)
+    assert any("but the stream delivered" in problem for _, problem in report.failures)
+
+
+def test_catches_unanswered_tool_calls(monkeypatch):
+    monkeypatch.setattr(tool_calls.ToolBatch, "close_remaining", lambda self: None)
+    report = explore_cancellation(one_prompt, providers=tools_model, tools=(set_note, weather))
+    assert any("has no tool/result" in problem or "before the results" in problem for _, problem in report.failures)
+
+
+def test_catches_a_turn_that_does_not_abort(monkeypatch):
+    original = turn._aborted_reason
+
+    def completed(agent, budget, default_cause="user"):
+        from dsh_agent_loop import FrozenDict
+
+        reason = original(agent, budget, default_cause)
+        return FrozenDict(kind="completed") if reason["cause"] == "user" else reason
+
+    monkeypatch.setattr(turn, "_aborted_reason", completed)
+    report = explore_cancellation(one_prompt, providers=text_model)
+    assert any("open at the cancel ended" in problem for _, problem in report.failures)
+
+
+def test_max_checkpoints_samples_evenly():
+    report = explore_cancellation(one_prompt, providers=tools_model, tools=(set_note, weather), max_checkpoints=5)
+    assert report.runs == 5
+    assert report.checkpoints > 5
+    assert report.failures == []
