@@ -180,7 +180,10 @@ def _providers_from_config(config: RuntimeConfig) -> dict[str, ModelAdapter]:
 
 
 def _plain(provider: Any) -> dict[str, Any]:
-    return attrs.asdict(provider, recurse=True)
+    """The provider section as written (keys left at their defaults are omitted)."""
+    from .config import ProviderConfig, converter
+
+    return dict(converter.unstructure(provider, ProviderConfig))
 
 
 def _store_from_config(config: RuntimeConfig) -> SessionStore:

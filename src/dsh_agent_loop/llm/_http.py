@@ -1,0 +1,413 @@
+"""HTTP plumbing shared by the streaming adapters: clients, failure mapping, the SSE pump.
+
+Failure mapping (SPEC §15): 401/403 → ``AUTH`` naming the key's env var, 429 → ``HTTP_429``,
+5xx and 529 → ``HTTP_5XX``, other 4xx → ``HTTP_4XX`` with the provider's message; a connect
+failure → ``CONNECTION``, any timeout → ``TIMEOUT``, a transport error once the body streams or
+a stream that ends without a finish → ``STREAM_CUT``, a 200 that is not ``text/event-stream`` or
+a malformed frame → ``BAD_STREAM``. ``Retry-After`` (seconds or an HTTP date, or OpenAI's
+``retry-after-ms``) is capped at 60 s.
+
+The pump never raises (only ``trio.Cancelled`` escapes): every failure, before or during the
+stream, is yielded as one ``Finish(reason="error")`` after whatever chunks were delivered. A
+frame decoder that has seen the provider's end marker stops the pump; the rest of the body is
+then drained briefly so that the connection goes back to the pool instead of being closed.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import os
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from datetime import UTC
+from typing import Any, Final, Protocol, final
+
+import httpx
+import trio
+
+from .base import Chunk, Failure, Finish, ModelError, ModelRequest
+from .sse import SSEEvent, SSEParser
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "ClientPool",
+    "FrameDecoder",
+    "TimeoutSpec",
+    "endpoint",
+    "error_finish",
+    "failed_stream",
+    "parse_retry_after",
+    "post_stream",
+    "read_api_key",
+    "status_failure",
+    "stream_sse",
+    "transport_failure",
+    "with_defaults",
+]
+
+TimeoutSpec = float | tuple[float | None, float | None] | Mapping[str, float | None]
+"""A timeout: one number, ``(connect, read)``, or ``{connect, read}``."""
+
+DEFAULT_TIMEOUT: Final = (10.0, 300.0)
+RETRY_AFTER_CAP: Final = 60.0
+_ERROR_BODY_LIMIT: Final = 64 * 1024
+_DRAIN_SECONDS: Final = 1.0
+"""How long to wait for the end of a body after the provider's end marker (connection reuse)."""
+
+
+class FrameDecoder(Protocol):
+    """Turns one provider's SSE events into chunks (sans-I/O)."""
+
+    @property
+    def done(self) -> bool:
+        """True once the provider's end marker or an error frame was seen: stop reading."""
+        ...
+
+    def feed(self, event: SSEEvent) -> list[Chunk]:
+        """Normalise one event; a list that sets ``done`` ends with the ``finish``.
+
+        A malformed frame raises ``ValueError``, ``TypeError``, ``KeyError``, ... (the pump
+        reports it as ``BAD_STREAM``).
+        """
+        ...
+
+    def end(self) -> list[Chunk]:
+        """The final ``[usage?, finish]`` when a finish was seen, else ``[]`` (stream cut)."""
+        ...
+
+
+def endpoint(base_url: str, path: str) -> str:
+    """``base_url`` (trailing slashes ignored) joined with ``path``.
+
+    Raises:
+        ValueError: ``base_url`` is not an ``http``/``https`` URL with a host.
+    """
+    url = base_url.rstrip("/") + path
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"invalid base_url {base_url!r}: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(f"base_url must be an http:// or https:// URL, not {base_url!r}")
+    return url
+
+
+def make_timeout(timeout: TimeoutSpec) -> httpx.Timeout:
+    """An ``httpx.Timeout`` from a number, ``(connect, read)`` or ``{connect, read}``."""
+    if isinstance(timeout, int | float):
+        return httpx.Timeout(float(timeout))
+    if isinstance(timeout, Mapping):
+        connect = timeout.get("connect", DEFAULT_TIMEOUT[0])
+        read = timeout.get("read", DEFAULT_TIMEOUT[1])
+    else:
+        connect, read = timeout
+    # Writing a large request is bounded like reading; waiting for a pool slot like connecting.
+    return httpx.Timeout(connect=connect, read=read, write=read, pool=connect)
+
+
+@final
+class ClientPool:
+    """One adapter's pooled ``httpx.AsyncClient``, created on first use and closed by ``aclose``.
+
+    There is no connection limit: how many calls run at once is the runtime's decision.
+    """
+
+    def __init__(
+        self,
+        *,
+        headers: Mapping[str, str] | None,
+        timeout: TimeoutSpec,
+        transport: httpx.AsyncBaseTransport | None,
+    ) -> None:
+        self._headers = dict(headers or {})
+        self._timeout = make_timeout(timeout)
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+
+    def get(self) -> httpx.AsyncClient:
+        """The client, created now if needed (again after ``aclose``)."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                headers=self._headers,
+                timeout=self._timeout,
+                transport=self._transport,
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the client and its connections."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+
+def read_api_key(env: str | None) -> str | None:
+    """The API key from env var ``env`` (None when no var is configured).
+
+    Raises:
+        ModelError: ``AUTH`` when the variable is unset or empty.
+    """
+    if env is None:
+        return None
+    key = os.environ.get(env)
+    if not key:
+        raise ModelError(Failure("AUTH", f"missing API key: environment variable {env} is not set"))
+    return key
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value (seconds or HTTP date), capped at 60 s.
+
+    Args:
+        value: The header value, or None.
+        now: The current Unix time for HTTP dates (default: ``time.time()``).
+
+    Returns:
+        Seconds in ``[0, 60]``, or None when absent or unparseable.
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if not math.isfinite(seconds):
+        return None
+    return min(max(seconds, 0.0), RETRY_AFTER_CAP)
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    seconds = parse_retry_after(headers.get("retry-after"))
+    if seconds is None and (ms := headers.get("retry-after-ms")) is not None:
+        try:
+            value = float(ms) / 1000.0
+        except ValueError:
+            return None
+        if math.isfinite(value):
+            seconds = min(max(value, 0.0), RETRY_AFTER_CAP)
+    return seconds
+
+
+def provider_message(body: bytes) -> str:
+    """The provider's error message from an error body (JSON ``error.message`` or the text)."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        data: Any = json.loads(text)
+    except ValueError:
+        return text[:500]
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        if isinstance(error, str):
+            return error
+        if isinstance(error, dict):
+            for key in ("message", "detail", "msg"):
+                if isinstance(error.get(key), str):
+                    return str(error[key])
+    return text[:500]
+
+
+def status_failure(
+    status: int, headers: httpx.Headers, body: bytes, *, key_env: str | None
+) -> Failure:
+    """The failure for a non-success HTTP status."""
+    detail = provider_message(body) or httpx.codes.get_reason_phrase(status)
+    retry_after = _retry_after(headers)
+    if status in (401, 403):
+        where = (
+            f"check the API key in environment variable {key_env}"
+            if key_env
+            else "no api_key_env is configured for this provider"
+        )
+        return Failure("AUTH", f"HTTP {status}: {detail} ({where})", status=status)
+    if status == 429:
+        return Failure("HTTP_429", f"HTTP 429: {detail}", status, retry_after)
+    if status >= 500:  # 529 (Anthropic "overloaded") included
+        return Failure("HTTP_5XX", f"HTTP {status}: {detail}", status, retry_after)
+    if 400 <= status < 500:
+        return Failure("HTTP_4XX", f"HTTP {status}: {detail}", status)
+    return Failure("PROVIDER_ERROR", f"unexpected HTTP {status}: {detail}", status)
+
+
+def transport_failure(exc: httpx.HTTPError, *, started: bool) -> Failure:
+    """The failure for an httpx exception; ``started``: the response body was streaming."""
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        return Failure("TIMEOUT", text)
+    if isinstance(exc, httpx.DecodingError):
+        return Failure("BAD_STREAM", text)
+    if started:
+        return Failure("STREAM_CUT", f"stream cut: {text}")
+    return Failure("CONNECTION", text)
+
+
+def error_finish(code: str, message: str) -> Finish:
+    """An ``error`` finish with a fresh failure."""
+    return Finish("error", failure=Failure(code, message))
+
+
+async def failed_stream(failure: Failure) -> AsyncGenerator[Chunk, None]:
+    """A stream that yields only the error finish for ``failure``."""
+    yield Finish("error", failure=failure)
+
+
+async def _discard(pieces: AsyncIterator[bytes], seconds: float) -> None:
+    """Read and drop the rest of a body for at most ``seconds`` (0: stop at the next read).
+
+    httpx reads a body through nested async generators and closing the outer one leaves the
+    inner ones suspended (trio then warns when they are collected). Running the iteration to
+    its end, or cancelling it at a read, finishes every layer.
+    """
+    with trio.move_on_after(seconds):
+        try:
+            async for _ in pieces:
+                pass
+        except httpx.HTTPError:
+            pass  # nothing more to learn from this body
+
+
+async def _error_body(response: httpx.Response) -> bytes:
+    body = bytearray()
+    pieces = response.aiter_bytes()
+    try:
+        async for piece in pieces:
+            body += piece
+            if len(body) >= _ERROR_BODY_LIMIT:
+                break
+    except httpx.HTTPError:
+        pass  # the status says enough
+    await _discard(pieces, 0)
+    return bytes(body)
+
+
+async def _check_response(response: httpx.Response, key_env: str | None) -> Failure | None:
+    status = response.status_code
+    if not 200 <= status < 300:
+        return status_failure(
+            status, response.headers, await _error_body(response), key_env=key_env
+        )
+    ctype = response.headers.get("content-type", "")
+    if ctype.split(";", 1)[0].strip().lower() != "text/event-stream":
+        snippet = provider_message((await _error_body(response))[:2000])[:200]
+        return Failure(
+            "BAD_STREAM",
+            f"expected text/event-stream, got {ctype or 'no content type'}: {snippet}",
+            status,
+        )
+    return None
+
+
+def _decode(parser: SSEParser, decoder: FrameDecoder, piece: bytes) -> list[Chunk]:
+    out: list[Chunk] = []
+    for event in parser.feed(piece):
+        try:
+            out += decoder.feed(event)
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+            out.append(error_finish("BAD_STREAM", f"malformed frame: {exc}: {event.data[:200]!r}"))
+            return out
+        if decoder.done:
+            break
+    return out
+
+
+async def stream_sse(
+    client: httpx.AsyncClient,
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    body: bytes,
+    decoder: FrameDecoder,
+    key_env: str | None,
+) -> AsyncGenerator[Chunk, None]:
+    """POST ``body`` to ``url`` and yield the decoded chunks; never raises (see module doc)."""
+    request = client.build_request("POST", url, headers=headers, content=body)
+    try:
+        response = await client.send(request, stream=True)
+    except httpx.HTTPError as exc:
+        yield Finish("error", failure=transport_failure(exc, started=False))
+        return
+    pieces: AsyncIterator[bytes] | None = None
+    try:
+        failure = await _check_response(response, key_env)
+        if failure is not None:
+            yield Finish("error", failure=failure)
+            return
+        parser = SSEParser()
+        cut: Failure | None = None
+        pieces = response.aiter_bytes()
+        while True:
+            try:
+                piece = await anext(pieces)
+            except StopAsyncIteration:
+                break
+            except httpx.HTTPError as exc:
+                cut = transport_failure(exc, started=True)
+                break
+            chunks = _decode(parser, decoder, piece)
+            last = chunks[-1] if chunks else None
+            if isinstance(last, Finish):
+                for chunk in chunks[:-1]:
+                    yield chunk
+                if last.failure is None:  # let the connection go back to the pool
+                    await _discard(pieces, _DRAIN_SECONDS)
+                yield last
+                return
+            for chunk in chunks:
+                yield chunk
+        for chunk in _final(parser, decoder, cut):
+            yield chunk
+    finally:
+        try:
+            if pieces is not None:
+                await _discard(pieces, 0)
+        finally:
+            await response.aclose()
+
+
+def _final(parser: SSEParser, decoder: FrameDecoder, cut: Failure | None) -> list[Chunk]:
+    truncated = parser.close()
+    final = decoder.end()
+    if final:
+        return final  # the finish arrived; a cut after it loses nothing but the end marker
+    if cut is None:
+        cut = Failure(
+            "STREAM_CUT", f"stream ended {'mid-event' if truncated else 'without a finish'}"
+        )
+    return [Finish("error", failure=cut)]
+
+
+def with_defaults(request: ModelRequest, defaults: Mapping[str, Any]) -> ModelRequest:
+    """``request`` with the adapter defaults under its config (explicit fields win)."""
+    if all(key in request.config for key in defaults):
+        return request
+    return ModelRequest({**defaults, **request.config}, request.messages, request.tools)
+
+
+def post_stream(
+    pool: ClientPool,
+    url: str,
+    body: Mapping[str, Any],
+    *,
+    auth: Mapping[str, str],
+    decoder: FrameDecoder,
+    key_env: str | None,
+) -> AsyncGenerator[Chunk, None]:
+    """Stream one attempt: POST ``body`` as JSON with ``auth`` headers (see ``stream_sse``)."""
+    headers = {"accept": "text/event-stream", "content-type": "application/json", **auth}
+    return stream_sse(
+        pool.get(),
+        url,
+        headers=headers,
+        body=json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(),
+        decoder=decoder,
+        key_env=key_env,
+    )
