@@ -24,17 +24,22 @@ Middleware = Callable[[Any, Next], Awaitable[Any]]
 SerialFn = Callable[[Any], Awaitable[None]]
 
 _KINDS: Final = ("on", "waterfall", "serial")
+_EMPTY: Final[dict[str, dict[str, list[Any]]]] = {k: {} for k in _KINDS}  # shared, never mutated
 
 
 @final
 class HookBus:
     """Listeners by hook name. ``rt.hooks`` is the runtime's bus."""
 
+    __slots__ = ("_lists",)
+
     def __init__(self) -> None:
-        self._lists: dict[str, dict[str, list[Any]]] = {k: {} for k in _KINDS}
+        self._lists: dict[str, dict[str, list[Any]]] = _EMPTY
 
     def _add(self, kind: str, name: str, fn: Any) -> Disposer:
         # Copy-on-write: a chain already running keeps the list it started with.
+        if self._lists is _EMPTY:  # tables are made on first registration (agents are many)
+            self._lists = {k: {} for k in _KINDS}
         table = self._lists[kind]
         entry = (fn,)  # a unique wrapper so the same fn registered twice is two registrations
         table[name] = [*table.get(name, ()), entry]
@@ -81,23 +86,24 @@ class HookScope:
         self._disposers: list[Disposer] = []
         self.closed = False
 
-    def _track(self, disposer: Disposer) -> Disposer:
+    def _register(self, kind: str, name: str, fn: Any) -> Disposer:
         if self.closed:
             raise RuntimeError("this scope is closed")
+        disposer = self.bus._add(kind, name, fn)
         self._disposers.append(disposer)
         return disposer
 
     def on(self, name: str, fn: Observer) -> Disposer:
         """Register a scoped observer."""
-        return self._track(self.bus.on(name, fn))
+        return self._register("on", name, fn)
 
     def waterfall(self, name: str, fn: Middleware) -> Disposer:
         """Register scoped middleware."""
-        return self._track(self.bus.waterfall(name, fn))
+        return self._register("waterfall", name, fn)
 
     def serial(self, name: str, fn: SerialFn) -> Disposer:
         """Register a scoped serial listener."""
-        return self._track(self.bus.serial(name, fn))
+        return self._register("serial", name, fn)
 
     def close(self) -> None:
         """Remove every registration made through this scope (idempotent)."""

@@ -125,7 +125,9 @@ class Agent:
         self.hooks = HookChain(services.hooks, self._bus)
         self.scope = AgentScope(self._bus, options.persona)
         self.inbox = Inbox(session, self._notify)
-        self.status: AsyncValue[Status] = AsyncValue("idle")
+        self._status: Status = "idle"
+        self._status_value: AsyncValue[Status] | None = None
+        self._idle_waiters: trio.lowlevel.ParkingLot | None = None
         self._lot = trio.lowlevel.ParkingLot()
         self._wake_pending = False
         self._turn_scope: trio.CancelScope | None = None
@@ -151,7 +153,14 @@ class Agent:
         return self._session.id
 
     def __repr__(self) -> str:
-        return f"<Agent {self.id!r} session={self.session_id!r} {self.status.value}>"
+        return f"<Agent {self.id!r} session={self.session_id!r} {self._status}>"
+
+    @property
+    def status(self) -> AsyncValue[Status]:
+        """``"idle"`` or ``"running"`` as a ``trio_util.AsyncValue`` (made on first use)."""
+        if self._status_value is None:
+            self._status_value = AsyncValue(self._status)
+        return self._status_value
 
     # -- inbox -------------------------------------------------------------------------------
     def send(
@@ -216,7 +225,10 @@ class Agent:
 
     async def wait_idle(self) -> None:
         """Wait until the driver is parked: no open turn and no unprocessed wake."""
-        await self.status.wait_value("idle")
+        while self._status != "idle":
+            if self._idle_waiters is None:
+                self._idle_waiters = trio.lowlevel.ParkingLot()
+            await self._idle_waiters.park()
 
     # -- notifications -----------------------------------------------------------------------
     def listening(self, event_type: str) -> bool:
@@ -291,8 +303,12 @@ class Agent:
             send.close()
 
     def _set_status(self, status: Status) -> None:
-        if self.status.value != status:
-            self.status.value = status
+        if self._status != status:
+            self._status = status
+            if self._status_value is not None:
+                self._status_value.value = status
+            if status == "idle" and self._idle_waiters is not None:
+                self._idle_waiters.unpark_all()
             self._notify(AGENT_STATUS, {"status": status})
 
     # -- the driver --------------------------------------------------------------------------
@@ -363,6 +379,6 @@ class Agent:
         return AgentStatistics(
             turns=self._turns,
             events=len(self._session),
-            status=self.status.value,
+            status=self._status,
             subscribers=len(self._subscribers),
         )

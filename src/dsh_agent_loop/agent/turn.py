@@ -143,7 +143,16 @@ def _store_failed(agent: Agent, st: TurnState, exc: StoreError) -> None:
     )
 
 
-def _error_reason(agent: Agent, st: TurnState, exc: Exception) -> FrozenDict:
+def _primary(exc: BaseException) -> BaseException:
+    """The first real failure inside (nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup):
+        leaves = [e for e in exc.exceptions if not isinstance(e, trio.Cancelled)]
+        exc = leaves[0] if leaves else exc.exceptions[0]
+    return exc
+
+
+def _error_reason(agent: Agent, st: TurnState, exc: BaseException) -> FrozenDict:
+    exc = _primary(exc)
     if isinstance(exc, StoreError):
         agent.store_failure = exc
         code = "OWNERSHIP_LOST" if exc.code == "OWNERSHIP_LOST" else "STORE_FAILED"

@@ -13,7 +13,7 @@ views handed out earlier keep what they showed. Sans-I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, overload
 
 from .._frozen import FrozenDict
@@ -111,7 +111,7 @@ class SurfaceProjection:
         Raises:
             ValueError: the op is malformed or names events not on the surface.
         """
-        if not isinstance(op, dict) or op.get("op") != "replace":
+        if not isinstance(op, Mapping) or op.get("op") != "replace":
             raise ValueError(f"unknown surface_op {op!r}")
         start, end = op.get("start_seq"), op.get("end_seq")
         positions = {e.seq: i for i, e in enumerate(self.entries)}

@@ -30,6 +30,17 @@ class Projection(Protocol):
         ...
 
 
+def _builtin_folds() -> dict[str, tuple[str, ...]]:
+    table: dict[str, list[str]] = {}
+    for name, cls in (("surface", SurfaceProjection), ("inbox", InboxProjection), ("state", LoopState)):
+        for t in cls.types:
+            table.setdefault(t, []).append(name)
+    return {t: tuple(names) for t, names in table.items()}
+
+
+_BUILTIN_FOLDS = _builtin_folds()
+
+
 class Session:
     """One session's log and projections. Owned by one agent; appended from its tasks."""
 
@@ -45,32 +56,36 @@ class Session:
         self._clock = clock
         self._events: list[Event] = []
         self._pending: list[Event] = []
-        self._folds: dict[str, list[Callable[[Event], None]]] = {}
-        self._fold_all: list[Callable[[Event], None]] = []
+        self._extra: list[Projection] | None = None
         self.on_append: Callable[[], None] | None = None
         """Set by the session writer: called after each append batch."""
         self.surface = SurfaceProjection()
         self.inbox = InboxProjection()
         self.state = LoopState()
-        for projection in (self.surface, self.inbox, self.state):
-            self.register_projection(projection)
         for event in events:
             self._replay(event)
 
     # -- projections -------------------------------------------------------------------
-    def register_projection(self, projection: Projection) -> None:
-        """Fold ``projection`` on every later append (replays nothing: register early)."""
-        if projection.types is None:
-            self._fold_all.append(projection.fold)
-            return
-        for t in projection.types:
-            self._folds.setdefault(t, []).append(projection.fold)
+    def register_projection(self, projection: Projection, *, replay: bool = True) -> None:
+        """Fold ``projection`` on every later append (and, with ``replay``, on the log so far)."""
+        if replay:
+            for event in self._events:
+                if projection.types is None or event.type in projection.types:
+                    projection.fold(event)
+        if self._extra is None:
+            self._extra = []
+        self._extra.append(projection)
 
     def _fold(self, event: Event) -> None:
-        for fold in self._folds.get(event.type, ()):
-            fold(event)
-        for fold in self._fold_all:
-            fold(event)
+        # The built-in projections are dispatched from a class-level table (no per-session
+        # dispatch structures: thousands of sessions live in one process).
+        t = event.type
+        for name in _BUILTIN_FOLDS.get(t, ()):
+            getattr(self, name).fold(event)
+        if self._extra is not None:
+            for projection in self._extra:
+                if projection.types is None or t in projection.types:
+                    projection.fold(event)
 
     def _replay(self, event: Event) -> None:
         if event.seq != len(self._events):
@@ -117,15 +132,34 @@ class Session:
         stamped = [e.with_seq(len(self._events) + i, now) for i, e in enumerate(events)]
         for event in stamped:
             self._check_type(event)
-        for i, event in enumerate(stamped):
-            if i == 0 and event.surface_op not in (None, "append"):
-                self.surface.check_replace(event.surface_op)
+        self._check_surface_ops(stamped)
+        for event in stamped:
             self._fold(event)
             self._events.append(event)
             self._pending.append(event)
         if stamped and self.on_append is not None:
             self.on_append()
         return stamped
+
+    def _check_surface_ops(self, batch: list[Event]) -> None:
+        """Simulate the batch's surface changes so a bad replace refuses the whole batch."""
+        if all(e.surface_op in (None, "append") for e in batch):
+            return
+        seqs = [e.seq for e in self.surface.entries]
+        for event in batch:
+            if event.type not in SURFACE_TYPES:
+                continue
+            op = event.surface_op
+            if op is None or op == "append":
+                seqs.append(event.seq)
+                continue
+            if not isinstance(op, Mapping) or op.get("op") != "replace":
+                raise ValueError(f"unknown surface_op {op!r}")
+            start, end = op.get("start_seq"), op.get("end_seq")
+            if start not in seqs or end not in seqs or seqs.index(end) < seqs.index(start):
+                raise ValueError(f"surface replace names seqs {start}..{end} not on the surface")
+            i, j = seqs.index(start), seqs.index(end)
+            seqs[i : j + 1] = [event.seq]
 
     def take_pending(self) -> list[Event]:
         """Hand the events not yet given to the store to the caller (the writer)."""
