@@ -143,6 +143,7 @@ class Agent:
         self.store_failure: BaseException | None = None
         self._turns = 0
         self.assembly_cache: tuple[Any, Any] | None = None
+        self.request_cache: tuple[Any, Any, Any, Any] | None = None
         self.on_driver_start: Callable[[Agent, trio.lowlevel.Task], None] | None = None
         """Testing hook: called with the driver task when the driver starts."""
 

@@ -261,6 +261,18 @@ class ToolBatch:
         tool, arguments = call.tool, call.arguments
         assert tool is not None and arguments is not None
         context = self._context(call.block["call_id"])
+        hooks = self._hooks
+        if not hooks.has("waterfall", HOOK_TOOLS_EXECUTE) and not hooks.has("waterfall", HOOK_TOOLS_POST_EXECUTE):
+            try:  # no middleware: call the handler directly
+                value = await tool.handler(arguments, context)
+            except Exception as exc:  # a raising tool is a result the model reads
+                name = type(exc).__name__
+                return ToolResult(f"Error: {name}: {exc}", error="TOOL_ERROR"), name
+            if type(value) is str:
+                return ToolResult(content=value), None
+            if isinstance(value, ToolResult):
+                return value, None
+            return ToolResult(content=str(value)), None
 
         async def run_handler(payload: Any) -> Any:
             try:

@@ -40,7 +40,7 @@ from ..events import (
     USER_MESSAGE,
 )
 from ..llm.assemble import Assembler
-from ..llm.base import Failure, Finish, ModelError, ModelRequest, PreparedCall
+from ..llm.base import Failure, Finish, ModelError, ModelRequest, PreparedCall, make_request
 from ..session.history import message_text
 from ..session.projections import NEXT_STEP, NEXT_TURN
 from ..tools.base import Tool, ToolContext
@@ -460,7 +460,10 @@ async def _propose_config(agent: Agent, st: TurnState) -> FrozenDict:
                     "reasoning_effort": opts.reasoning_effort, "max_tokens": opts.max_tokens}
         proposal = {k: v for k, v in proposal.items() if v is not None}
     else:
-        proposal = dict(agent.log.state.header["config"])
+        logged = agent.log.state.header["config"]
+        if not agent.hooks.has("waterfall", HOOK_REQUEST):
+            return logged  # already frozen and validated when it was logged
+        proposal = dict(logged)
 
     async def default(payload: Any) -> Any:
         return payload
@@ -498,20 +501,26 @@ def _sync_phase(
             session.add(SYSTEM_MESSAGE, data, surface_op=op, source_event_seqs=(draft.replaces,))
     if not st.users_admitted:
         _admit_users(agent, st)
-    header = header_record(config, prepared, schemas)
+    cache = agent.request_cache
+    if cache is not None and cache[0] is config and cache[1] is prepared and cache[2] is schemas and cache[3] is logged:
+        header = logged  # same inputs as the request that logged it
+    else:
+        header = header_record(config, prepared, schemas)
     reason = header_reason(logged, header, first_request=agent.first_request, new_series=new_series)
     if reason is not None:
         record: dict[str, Any] = {"header": header, "reason": reason}
         if reason == "change" and new_series:
             record["starts_series"] = True
         session.add(REQUEST_HEADER, FrozenDict(record))
-    context = context_record(prepared, session.state.context)
-    if context is not None:
-        session.add(REQUEST_CONTEXT, context)
+    if cache is None or cache[1] is not prepared:
+        context = context_record(prepared, session.state.context)
+        if context is not None:
+            session.add(REQUEST_CONTEXT, context)
+    agent.request_cache = (config, prepared, schemas, session.state.header)
     agent.first_request = False
     agent.seen_generation = session.surface.generation
     st.request_sent = True
-    return ModelRequest(config=prepared.config, messages=session.derive_messages(), tools=schemas)
+    return make_request(prepared.config, session.derive_messages(), schemas)
 
 
 async def _stream(agent: Agent, st: TurnState, prepared: PreparedCall, request: ModelRequest) -> FrozenDict | Failure:

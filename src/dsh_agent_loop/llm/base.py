@@ -217,6 +217,17 @@ class ModelRequest:
         return None if value is None else int(value)
 
 
+def make_request(
+    config: FrozenDict, messages: Sequence[FrozenDict], tools: tuple[FrozenDict, ...]
+) -> ModelRequest:
+    """Build a ``ModelRequest`` from parts that are already frozen (the driver's hot path)."""
+    request = object.__new__(ModelRequest)
+    object.__setattr__(request, "config", config)
+    object.__setattr__(request, "messages", messages)
+    object.__setattr__(request, "tools", tools)
+    return request
+
+
 StreamFn = Callable[[ModelRequest], AsyncIterator[Chunk]]
 
 

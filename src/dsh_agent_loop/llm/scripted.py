@@ -157,6 +157,7 @@ class ScriptedModel:
         self.requests: list[ModelRequest] = []
         self._next = 0
         self._call_ids = itertools.count(1)
+        self._prepared: PreparedCall | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> ScriptedModel:
@@ -175,12 +176,17 @@ class ScriptedModel:
 
     async def prepare_call(self, config: Mapping[str, Any]) -> PreparedCall:
         """Resolve ``config`` (nothing to default) for this scripted route."""
-        return PreparedCall(
+        last = self._prepared
+        if last is not None and last.config is config:
+            return last  # the same route as last time
+        prepared = PreparedCall(
             config=config,
             stream_fn=self._stream,
             context_window=self.context_window,
             system_prompt_update=self.system_prompt_update,
         )
+        self._prepared = prepared
+        return prepared
 
     async def aclose(self) -> None:
         """Nothing to release."""
