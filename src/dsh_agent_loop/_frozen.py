@@ -26,7 +26,7 @@ class FrozenDict(dict[str, Any]):
 
     __setitem__ = _readonly
     __delitem__ = _readonly
-    __ior__ = _readonly  # type: ignore[assignment]
+    __ior__ = _readonly
     clear = _readonly
     pop = _readonly
     popitem = _readonly

@@ -33,7 +33,7 @@ class AgentLoopError(Exception):
 
 
 class ConfigError(AgentLoopError):
-    """Invalid configuration; the message is ``FILE: key.path: message`` (several joined by ``; ``)."""
+    """Invalid configuration: ``FILE: key.path: message`` (several joined by ``; ``)."""
 
     code = "CONFIG_INVALID"
 

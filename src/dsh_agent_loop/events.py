@@ -97,7 +97,7 @@ def _freeze_data(value: Mapping[str, Any]) -> FrozenDict:
     frozen = freeze(value)
     if type(frozen) is not FrozenDict:
         raise TypeError("event data must be a mapping")
-    return frozen  # type: ignore[no-any-return]
+    return frozen
 
 
 def _freeze_surface_op(value: Any) -> Any:

@@ -1,4 +1,4 @@
-"""The hook bus: sync observers (``on``), async middleware (``waterfall``), ordered ``serial`` hooks.
+"""The hook bus: sync observers (``on``), async middleware (``waterfall``), ``serial`` hooks.
 
 Order rule: listeners run in registration order, runtime-wide ones before an agent's scoped
 ones; a waterfall's built-in default is the innermost step, reached only when every listener
@@ -123,7 +123,7 @@ class HookChain:
 
     def has(self, kind: str, name: str) -> bool:
         """True when any bus has listeners of ``kind`` for ``name``."""
-        for bus in self._buses:
+        for bus in self._buses:  # noqa: SIM110 - a plain loop: this runs several times a step
             if name in bus._lists[kind]:
                 return True
         return False

@@ -26,16 +26,8 @@ from typing import final
 import attrs
 
 from .events import (
-    ASSISTANT_ATTEMPT,
-    ASSISTANT_MESSAGE,
     DURABLE_TYPES,
-    STEP_END,
-    STEP_START,
     SURFACE_TYPES,
-    TOOL_CALL,
-    TOOL_RESULT,
-    TURN_END,
-    TURN_START,
     Event,
 )
 from .session.history import SurfaceProjection
@@ -116,7 +108,11 @@ class _Checker:
 
     def _turn_start(self, event: Event) -> None:
         if self.turn is not None:
-            self.add("turn", event.seq, f"turn {event.data.get('turn')} started while turn {self.turn} is open")
+            self.add(
+                "turn",
+                event.seq,
+                f"turn {event.data.get('turn')} started while turn {self.turn} is open",
+            )
             self._close_turn(event.seq)
         self.turn, self.turn_seq = event.data.get("turn"), event.seq
 
@@ -157,7 +153,11 @@ class _Checker:
         for block in event.data["message"]["content"]:
             if block["type"] == "tool-call":
                 if block["call_id"] in self.expected:
-                    self.add("tool-call", event.seq, f"tool call id {block['call_id']!r} reused in a turn")
+                    self.add(
+                        "tool-call",
+                        event.seq,
+                        f"tool call id {block['call_id']!r} reused in a turn",
+                    )
                 self.expected[block["call_id"]] = event.seq  # type: ignore[assignment]
 
     def _assistant_attempt(self, event: Event) -> None:
@@ -170,16 +170,22 @@ class _Checker:
     def _tool_call(self, event: Event) -> None:
         call_id = event.data.get("call_id")
         if call_id not in self.expected:
-            self.add("tool-call", event.seq, f"tool/call {call_id!r} matches no model tool call in this turn")
+            self.add(
+                "tool-call",
+                event.seq,
+                f"tool/call {call_id!r} matches no model tool call in this turn",
+            )
         if call_id in self.calls:
             self.add("tool-call", event.seq, f"second tool/call for {call_id!r}")
-        self.calls[call_id] = event.seq  # type: ignore[assignment]
+        self.calls[str(call_id)] = int(event.seq or 0)
 
     def _tool_result(self, event: Event) -> None:
         call_id = event.data["message"].get("call_id")
         cites = event.source_event_seqs or ()
         if call_id not in self.calls or self.calls[call_id] not in cites:
-            self.add("tool-result", event.seq, f"tool/result {call_id!r} does not cite its tool/call")
+            self.add(
+                "tool-result", event.seq, f"tool/result {call_id!r} does not cite its tool/call"
+            )
         if call_id in self.results:
             self.add("tool-result", event.seq, f"second tool/result for {call_id!r}")
         self.results.add(call_id)

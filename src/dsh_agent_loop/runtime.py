@@ -1,5 +1,6 @@
-"""``open_runtime``: composes store, model router, tools, hooks and settings, and owns the root
-nursery in which every agent driver and session writer runs.
+"""``open_runtime``: composes store, router, tools, hooks and settings; owns the root nursery.
+
+Every agent driver and session writer runs in the runtime's root nursery.
 
 The runtime never outlives its ``async with`` block. Leaving it disposes every agent (each turn
 ends ``aborted {cause: disposed}``, each session writer flushes and releases ownership), closes
@@ -82,7 +83,9 @@ class Runtime:
             clock=clock,
             rng=rng,
         )
-        self.agents = Agents(store=store, services=self._services, hooks=self.hooks, nursery=nursery)
+        self.agents = Agents(
+            store=store, services=self._services, hooks=self.hooks, nursery=nursery
+        )
 
     def add_tool(self, tool: Tool) -> Callable[[], None]:
         """Register a runtime tool; returns a disposer."""
@@ -102,14 +105,20 @@ class Runtime:
                 if entry.resume_session_id is not None:
                     await self.agents.resume(entry.resume_session_id, options=options)
                 elif entry.session_id is not None:
-                    await self.agents.resume(entry.session_id, options=options, create_if_missing=True)
+                    await self.agents.resume(
+                        entry.session_id, options=options, create_if_missing=True
+                    )
                 else:
                     await self.agents.create(options=options)
             except (AgentLoopError, OSError, ValueError) as exc:
                 self.start_failures.append(StartFailure(entry.id, exc))
                 if self.hooks.has("on", CONFIG_START_FAILED):
-                    event = make_event(CONFIG_START_FAILED, None, self.clock(),
-                                       _frozen({"agent_id": entry.id, "error": exc}))
+                    event = make_event(
+                        CONFIG_START_FAILED,
+                        None,
+                        self.clock(),
+                        _frozen({"agent_id": entry.id, "error": exc}),
+                    )
                     for fn in self.hooks._fns("on", CONFIG_START_FAILED):
                         fn(event)
 
@@ -150,7 +159,7 @@ def _budget(value: Any) -> TurnBudget | None:
 def _options_from_entry(entry: Any) -> AgentOptions:
     persona = entry.persona
     if persona is None and getattr(entry, "persona_file", None):
-        with open(entry.persona_file, encoding="utf-8") as f:  # noqa: PTH123 - load-time read
+        with open(entry.persona_file, encoding="utf-8") as f:
             persona = f.read()
     return AgentOptions(
         id=entry.id,

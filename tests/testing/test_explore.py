@@ -32,7 +32,9 @@ async def one_prompt(rt):
 
 
 def text_model():
-    return {"scripted": ScriptedModel([Reply.text("Hello there, friend", reasoning="think it over")])}
+    return {
+        "scripted": ScriptedModel([Reply.text("Hello there, friend", reasoning="think it over")])
+    }
 
 
 def tools_model():
@@ -54,7 +56,10 @@ def tools_model():
 def retry_model():
     return {
         "scripted": ScriptedModel(
-            [Reply.error("HTTP_5XX", "bad gateway", after_text="par"), Reply.text("second try works")]
+            [
+                Reply.error("HTTP_5XX", "bad gateway", after_text="par"),
+                Reply.text("second try works"),
+            ]
         )
     }
 
@@ -70,7 +75,9 @@ def retry_model():
 def test_every_checkpoint_is_well_formed(name, providers, tools, min_k, capsys):
     report = explore_cancellation(one_prompt, providers=providers, tools=tools, seed=1)
     with capsys.disabled():
-        print(f"\nexplore_cancellation[{name}]: K={report.checkpoints} runs={report.runs} sites={report.sites}")
+        print(
+            f"\nexplore_cancellation[{name}]: K={report.checkpoints} runs={report.runs} sites={report.sites}"
+        )
     assert report.failures == []
     assert report.checkpoints >= min_k
     assert report.runs == report.checkpoints
@@ -119,7 +126,10 @@ def test_catches_a_wrong_delivered_prefix(monkeypatch):
 def test_catches_unanswered_tool_calls(monkeypatch):
     monkeypatch.setattr(tool_calls.ToolBatch, "close_remaining", lambda self: None)
     report = explore_cancellation(one_prompt, providers=tools_model, tools=(set_note, weather))
-    assert any("has no tool/result" in problem or "before the results" in problem for _, problem in report.failures)
+    assert any(
+        "has no tool/result" in problem or "before the results" in problem
+        for _, problem in report.failures
+    )
 
 
 def test_catches_a_turn_that_does_not_abort(monkeypatch):
@@ -137,7 +147,9 @@ def test_catches_a_turn_that_does_not_abort(monkeypatch):
 
 
 def test_max_checkpoints_samples_evenly():
-    report = explore_cancellation(one_prompt, providers=tools_model, tools=(set_note, weather), max_checkpoints=5)
+    report = explore_cancellation(
+        one_prompt, providers=tools_model, tools=(set_note, weather), max_checkpoints=5
+    )
     assert report.runs == 5
     assert report.checkpoints > 5
     assert report.failures == []

@@ -1,0 +1,1 @@
+"""The agent layer: the driver actor, its inbox, the turn/step machine, tools and lifecycle."""

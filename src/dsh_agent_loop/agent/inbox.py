@@ -24,9 +24,7 @@ MessageInput = str | Sequence[Mapping[str, Any]] | Mapping[str, Any]
 _TARGETS = (NEXT_TURN, NEXT_STEP)
 
 
-def user_message(
-    message_id: str, content: MessageInput, source: str | None = None
-) -> FrozenDict:
+def user_message(message_id: str, content: MessageInput, source: str | None = None) -> FrozenDict:
     """Build a model-facing user message ``{role, id, content, source?}``."""
     if isinstance(content, str):
         blocks: Any = (FrozenDict(type="text", text=content),)
@@ -171,7 +169,7 @@ class Inbox:
         """Discard everything: one canceled splice per non-empty list, next-step first."""
         for target in (NEXT_STEP, NEXT_TURN):
             if self._list(target):
-                self.splice(target, 0, None)  # type: ignore[arg-type]
+                self.splice(target, 0, None)
 
     def claim(self, target: Target, count: int | None = None) -> tuple[FrozenDict, ...]:
         """Take the first ``count`` (all when None) messages of ``target`` (the loop only)."""

@@ -17,6 +17,7 @@ newer agent with the same id.
 
 from __future__ import annotations
 
+import builtins
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -134,7 +135,9 @@ class Agents:
         self._nursery = nursery
         self._initiator = initiator
         # The registries are shared with views made by with_initiator().
-        self._shared = shared if shared is not None else {"agents": {}, "sessions": {}, "reserved": set()}
+        self._shared = (
+            shared if shared is not None else {"agents": {}, "sessions": {}, "reserved": set()}
+        )
 
     @property
     def _live(self) -> dict[str, AgentHandle]:
@@ -146,8 +149,14 @@ class Agents:
 
     def with_initiator(self, agent: Agent) -> Agents:
         """A view whose ``create``/``resume`` make sub-agents of ``agent`` by default."""
-        return Agents(store=self._store, services=self._services, hooks=self._hooks,
-                      nursery=self._nursery, initiator=agent, shared=self._shared)
+        return Agents(
+            store=self._store,
+            services=self._services,
+            hooks=self._hooks,
+            nursery=self._nursery,
+            initiator=agent,
+            shared=self._shared,
+        )
 
     def get(self, agent_id: str) -> Agent | None:
         """The live agent with this id, or None."""
@@ -158,11 +167,11 @@ class Agents:
         """The handle of the live agent with this id, or None."""
         return self._live.get(agent_id)
 
-    def list(self) -> list[Agent]:
+    def list(self) -> builtins.list[Agent]:
         """Live agents in creation order."""
         return [h.agent for h in self._live.values()]
 
-    def handles(self) -> list[AgentHandle]:
+    def handles(self) -> builtins.list[AgentHandle]:
         """Handles of live agents in creation order."""
         return list(self._live.values())
 
@@ -288,9 +297,13 @@ class Agents:
             _check_tools(agent)
             if setup is not None:
                 await setup(agent.scope, agent)
-            self._emit(SESSION_CREATED, {"session_id": session.id, "agent_id": agent.id, "source": source})
+            self._emit(
+                SESSION_CREATED, {"session_id": session.id, "agent_id": agent.id, "source": source}
+            )
             await handle.append(session.take_pending())  # the unstored suffix, not yet flushed
-            writer = SessionWriter(session, handle, durable_seq=durable_seq, on_commit=agent.on_commit)
+            writer = SessionWriter(
+                session, handle, durable_seq=durable_seq, on_commit=agent.on_commit
+            )
             agent.writer = writer
             entered = AgentHandle(self, agent, writer)
             self._live[agent.id] = entered
@@ -302,14 +315,18 @@ class Agents:
                     self._detach(entered)
                 await handle.abort()
             raise
-        self._emit(AGENT_SESSION_START, {"agent_id": agent.id, "session_id": session.id, "source": source})
+        self._emit(
+            AGENT_SESSION_START, {"agent_id": agent.id, "session_id": session.id, "source": source}
+        )
         await self._nursery.start(writer.run)
         await self._nursery.start(self._drive, entered)
         if source == "resume" and agent.inbox.next_turn:
             agent._wake()  # queued work survives a crash and goes on
         return entered
 
-    async def _drive(self, handle: AgentHandle, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def _drive(
+        self, handle: AgentHandle, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         await handle.agent.run(task_status=task_status)
         if handle.agent.store_failure is not None:
             await handle.dispose()  # a store failure stops this agent; the others go on

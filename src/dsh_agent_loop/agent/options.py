@@ -53,9 +53,13 @@ class AgentOptions:
         if not self.id:
             raise InvalidOptionError("agent id must be a non-empty string")
         if self.max_tokens is not None and (
-            isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens <= 0
+            isinstance(self.max_tokens, bool)
+            or not isinstance(self.max_tokens, int)
+            or self.max_tokens <= 0
         ):
-            raise InvalidOptionError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
+            raise InvalidOptionError(
+                f"max_tokens must be a positive integer, got {self.max_tokens!r}"
+            )
         if self.reasoning_effort is not None and not self.reasoning_effort:
             raise InvalidOptionError("reasoning_effort must be non-empty when set")
         budget = self.turn_budget

@@ -17,14 +17,21 @@ Sans-I/O: it reads ``(seq, text)`` pairs and returns drafts; the driver appends 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, final
 
 import attrs
 
 from .._frozen import FrozenDict
 
-__all__ = ["PromptAssembly", "PromptSection", "SystemDraft", "reconcile", "render", "system_message"]
+__all__ = [
+    "PromptAssembly",
+    "PromptSection",
+    "SystemDraft",
+    "reconcile",
+    "render",
+    "system_message",
+]
 
 
 @final
@@ -36,13 +43,17 @@ class PromptSection:
     text: str
 
 
+def _to_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(value)
+
+
 @final
 @attrs.frozen
 class PromptAssembly:
     """What ``system-prompt/assemble`` passes and returns: prompt sections and visible tools."""
 
-    sections: tuple[PromptSection, ...] = attrs.field(default=(), converter=tuple)
-    tools: tuple[Any, ...] = attrs.field(default=(), converter=tuple)
+    sections: tuple[PromptSection, ...] = attrs.field(default=(), converter=_to_tuple)
+    tools: tuple[Any, ...] = attrs.field(default=(), converter=_to_tuple)
     """``Tool`` objects visible to the model this step."""
 
 

@@ -1,12 +1,15 @@
-"""Per-request decisions: pre-step decisions, retry requests, the default retry policy, and
-which ``request/header`` / ``request/context`` records a request writes (SPEC §6, §8, §12)."""
+"""Per-request decisions: pre-step, retry, and the request records (SPEC §6, §8, §12).
+
+Pre-step decisions and retry requests, the default retry policy, and which
+``request/header`` / ``request/context`` records a request writes.
+"""
 
 from __future__ import annotations
 
 import email.utils
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, final
 
 import attrs
@@ -29,20 +32,22 @@ MAX_ATTEMPTS: Final = 5
 MAX_RETRY_AFTER: Final = 60.0
 
 
+def _to_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(value)
+
+
 @final
 @attrs.frozen
 class PreStepDecision:
     """What ``agent/pre-step`` decides: enter the step with messages, or reject the turn."""
 
     kind: Literal["enter", "reject"]
-    messages: tuple[Any, ...] = attrs.field(default=(), converter=tuple)
+    messages: tuple[Any, ...] = attrs.field(default=(), converter=_to_tuple)
     starts_request_series: bool = False
     reason: str | None = None
 
     @classmethod
-    def enter(
-        cls, messages: Sequence[Any], starts_request_series: bool = False
-    ) -> PreStepDecision:
+    def enter(cls, messages: Sequence[Any], starts_request_series: bool = False) -> PreStepDecision:
         """Enter the step with ``messages`` (the user messages to admit)."""
         return cls("enter", tuple(messages), starts_request_series)
 
@@ -88,11 +93,13 @@ def default_retry_delay(failure: Failure, attempt: int, rng: random.Random) -> f
     if failure.code not in TRANSIENT_CODES or attempt >= MAX_ATTEMPTS:
         return None
     if failure.retry_after is not None:
-        return min(MAX_RETRY_AFTER, max(0.0, failure.retry_after))
-    return min(8.0, 0.5 * 2 ** (attempt - 1)) * (1 + 0.25 * rng.random())
+        return min(MAX_RETRY_AFTER, max(0.0, float(failure.retry_after)))
+    return min(8.0, 0.5 * 2.0 ** (attempt - 1)) * (1 + 0.25 * rng.random())
 
 
-def header_record(config: Mapping[str, Any], prepared: PreparedCall, tools: tuple[FrozenDict, ...]) -> FrozenDict:
+def header_record(
+    config: Mapping[str, Any], prepared: PreparedCall, tools: tuple[FrozenDict, ...]
+) -> FrozenDict:
     """The canonical request header ``{config, adapter_defaults?, tools?}``."""
     header: dict[str, Any] = {"config": config}
     if prepared.adapter_defaults:

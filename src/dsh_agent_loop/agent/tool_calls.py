@@ -1,5 +1,7 @@
-"""Runs one step's tool calls: admission in model order, a bounded rolling pool, exclusive
-barriers, keyed serialisation, and results committed in model order (SPEC §10–§11).
+"""Runs one step's tool calls in model order (SPEC §10–§11).
+
+Admission in model order, a bounded rolling pool, exclusive barriers, keyed serialisation,
+and results committed in model order.
 
 Admission walks the calls in model order, one at a time: resolve the tool, parse and validate
 the arguments, run ``tools/pre-execute``. A rejected call gets its ``tool/call`` and error result
@@ -190,8 +192,14 @@ class ToolBatch:
             self._reject(call, "INVALID_ARGUMENTS", f"Error: invalid arguments for {name}: {exc}")
             return False
         if self._hooks.has("waterfall", HOOK_TOOLS_PRE_EXECUTE):
-            payload = {"agent": self._agent, "call_id": call.block["call_id"], "name": name,
-                       "arguments": arguments, "turn": self._turn, "step": self._step}
+            payload = {
+                "agent": self._agent,
+                "call_id": call.block["call_id"],
+                "name": name,
+                "arguments": arguments,
+                "turn": self._turn,
+                "step": self._step,
+            }
 
             async def allow(p: Any) -> Any:
                 return p
@@ -205,7 +213,9 @@ class ToolBatch:
                     arguments = dict(decision["arguments"])
                     tool.validate(arguments)
                 except (ArgumentsError, KeyError, TypeError, ValueError) as exc:
-                    self._reject(call, "INVALID_ARGUMENTS", f"Error: invalid arguments for {name}: {exc}")
+                    self._reject(
+                        call, "INVALID_ARGUMENTS", f"Error: invalid arguments for {name}: {exc}"
+                    )
                     return False
         call.tool = tool
         call.arguments = arguments
@@ -223,7 +233,11 @@ class ToolBatch:
 
     def _dispatch(self, call: _Call) -> None:
         self._append_call(call)
-        if call.tool is not None and call.tool.concurrency_key is not None and call.arguments is not None:
+        if (
+            call.tool is not None
+            and call.tool.concurrency_key is not None
+            and call.arguments is not None
+        ):
             key = call.tool.concurrency_key(call.arguments)
             if key is not None:
                 previous = self._key_tails.get(key)
@@ -252,27 +266,23 @@ class ToolBatch:
                 if call.started:
                     result, error_name = ToolResult(ABORTED_TEXT, error="ABORTED"), "Aborted"
                 else:
-                    result = ToolResult(ABORTED_BEFORE_DISPATCH_TEXT, error="ABORTED_BEFORE_DISPATCH")
+                    result = ToolResult(
+                        ABORTED_BEFORE_DISPATCH_TEXT, error="ABORTED_BEFORE_DISPATCH"
+                    )
                     error_name = "AbortedBeforeDispatch"
             call.finish(result, error_name)
             self._commit_ready()
 
     async def _invoke(self, call: _Call) -> tuple[ToolResult, str | None]:
         tool, arguments = call.tool, call.arguments
-        assert tool is not None and arguments is not None
+        assert tool is not None
+        assert arguments is not None
         context = self._context(call.block["call_id"])
         hooks = self._hooks
-        if not hooks.has("waterfall", HOOK_TOOLS_EXECUTE) and not hooks.has("waterfall", HOOK_TOOLS_POST_EXECUTE):
-            try:  # no middleware: call the handler directly
-                value = await tool.handler(arguments, context)
-            except Exception as exc:  # a raising tool is a result the model reads
-                name = type(exc).__name__
-                return ToolResult(f"Error: {name}: {exc}", error="TOOL_ERROR"), name
-            if type(value) is str:
-                return ToolResult(content=value), None
-            if isinstance(value, ToolResult):
-                return value, None
-            return ToolResult(content=str(value)), None
+        if not hooks.has("waterfall", HOOK_TOOLS_EXECUTE) and not hooks.has(
+            "waterfall", HOOK_TOOLS_POST_EXECUTE
+        ):
+            return await _call_handler(tool, arguments, context)
 
         async def run_handler(payload: Any) -> Any:
             try:
@@ -281,15 +291,23 @@ class ToolBatch:
                 return _Failed(exc)
             return value if isinstance(value, ToolResult) else ToolResult(content=str(value))
 
-        payload = {"agent": self._agent, "call_id": call.block["call_id"], "name": tool.name,
-                   "arguments": arguments, "turn": self._turn, "step": self._step}
+        payload = {
+            "agent": self._agent,
+            "call_id": call.block["call_id"],
+            "name": tool.name,
+            "arguments": arguments,
+            "turn": self._turn,
+            "step": self._step,
+        }
         if self._hooks.has("waterfall", HOOK_TOOLS_EXECUTE):
             value = await self._hooks.waterfall(HOOK_TOOLS_EXECUTE, payload, run_handler)
         else:
             value = await run_handler(payload)
         if isinstance(value, _Failed):
             exc = value.exc
-            return ToolResult(f"Error: {type(exc).__name__}: {exc}", error="TOOL_ERROR"), type(exc).__name__
+            return ToolResult(f"Error: {type(exc).__name__}: {exc}", error="TOOL_ERROR"), type(
+                exc
+            ).__name__
         if isinstance(value, str):
             value = ToolResult(content=value)
         if not isinstance(value, ToolResult):
@@ -299,7 +317,9 @@ class ToolBatch:
             async def keep(p: Any) -> Any:
                 return p["result"]
 
-            value = await self._hooks.waterfall(HOOK_TOOLS_POST_EXECUTE, {**payload, "result": value}, keep)
+            value = await self._hooks.waterfall(
+                HOOK_TOOLS_POST_EXECUTE, {**payload, "result": value}, keep
+            )
             if not isinstance(value, ToolResult):
                 raise TypeError("tools/post-execute must return a ToolResult")
         return value, None
@@ -313,18 +333,28 @@ class ToolBatch:
 
     def _commit(self, call: _Call) -> None:
         result = call.result
-        assert result is not None and call.call_seq is not None
+        assert result is not None
+        assert call.call_seq is not None
         error = None if result.error is None else (call.error_name or result.error, result.error)
         meta = None if result.meta is None else freeze(result.meta)
-        data = tool_result_data(self._turn, self._step, call.block, result.content, error=error, meta=meta)
+        data = tool_result_data(
+            self._turn, self._step, call.block, result.content, error=error, meta=meta
+        )
         event = self._session.add(TOOL_RESULT, data, source_event_seqs=(call.call_seq,))
         if result.concludes_turn:
             self.concludes_turn = True
         for text in result.additional_contexts:
             self._inject(text)
         if self._hooks.has("on", HOOK_TOOLS_RESULT):
-            self._hooks.emit(HOOK_TOOLS_RESULT, make_event(HOOK_TOOLS_RESULT, None, event.time,
-                             FrozenDict(agent=self._agent, event=event, result=result)))
+            self._hooks.emit(
+                HOOK_TOOLS_RESULT,
+                make_event(
+                    HOOK_TOOLS_RESULT,
+                    None,
+                    event.time,
+                    FrozenDict(agent=self._agent, event=event, result=result),
+                ),
+            )
 
     def close_remaining(self) -> None:
         """Settle every call without a committed result (after a cancel or a failure)."""
@@ -354,3 +384,19 @@ class _Failed:
 
     def __init__(self, exc: Exception) -> None:
         self.exc = exc
+
+
+async def _call_handler(
+    tool: Tool, arguments: Mapping[str, Any], context: ToolContext
+) -> tuple[ToolResult, str | None]:
+    """Run a handler with no middleware around it; a raising tool is a result."""
+    try:
+        value = await tool.handler(arguments, context)
+    except Exception as exc:  # a raising tool is a result the model reads
+        name = type(exc).__name__
+        return ToolResult(f"Error: {name}: {exc}", error="TOOL_ERROR"), name
+    if type(value) is str:
+        return ToolResult(content=value), None
+    if isinstance(value, ToolResult):
+        return value, None
+    return ToolResult(content=str(value)), None

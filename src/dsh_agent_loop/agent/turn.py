@@ -96,7 +96,7 @@ class TurnState:
 
 
 async def run_turn(agent: Agent, scope: trio.CancelScope) -> bool:
-    """Run one turn; returns False when it ended ``aborted`` (pending work then waits for a wake)."""
+    """Run one turn; False when it ended ``aborted`` (pending work then waits for a wake)."""
     session = agent.log
     st = TurnState(turn=session.state.turn + 1)
     budget = agent.options.turn_budget or agent.services.turn_budget()
@@ -131,7 +131,7 @@ async def run_turn(agent: Agent, scope: trio.CancelScope) -> bool:
                 await agent.flush()
             except StoreError as exc:
                 _store_failed(agent, st, exc)
-    return reason is not None and reason["kind"] != "aborted"
+    return reason is not None and bool(reason["kind"] != "aborted")
 
 
 def _store_failed(agent: Agent, st: TurnState, exc: StoreError) -> None:
@@ -222,7 +222,9 @@ def _close_open_work(agent: Agent, st: TurnState) -> None:
 
 def _frame(agent: Agent, st: TurnState, data: dict[str, Any]) -> None:
     if agent.listening(ASSISTANT_STREAM):
-        agent.notify(ASSISTANT_STREAM, {"turn": st.turn, "step": st.step, "attempt": st.attempt, **data})
+        agent.notify(
+            ASSISTANT_STREAM, {"turn": st.turn, "step": st.step, "attempt": st.attempt, **data}
+        )
 
 
 # -- the turn -------------------------------------------------------------------------------------
@@ -245,7 +247,9 @@ async def _turn_body(agent: Agent, st: TurnState, claimed: tuple[FrozenDict, ...
         st.users_admitted = False
         await _run_step(agent, st, step, assembly, decision)
         if st.truncated:
-            raise TurnFailed("a tool call was cut by the output-token cap", code="TRUNCATED_TOOL_CALL")
+            raise TurnFailed(
+                "a tool call was cut by the output-token cap", code="TRUNCATED_TOOL_CALL"
+            )
         if not st.continues and not agent.inbox.next_step:
             await agent.hooks.serial(HOOK_TURN_STOPPING, {"agent": agent, "turn": st.turn})
             if not agent.inbox.next_step:
@@ -258,7 +262,11 @@ def _normalise_users(agent: Agent, messages: Sequence[Any]) -> tuple[FrozenDict,
     next_id = agent.log.inbox.max_id + 1
     for message in messages:
         if isinstance(message, Mapping) and message.get("role") == "user" and "id" in message:
-            out.append(message if isinstance(message, FrozenDict) else user_message(message["id"], message["content"], message.get("source")))
+            out.append(
+                message
+                if isinstance(message, FrozenDict)
+                else user_message(message["id"], message["content"], message.get("source"))
+            )
         else:
             out.append(user_message(f"m-{next_id}", message))
             next_id += 1
@@ -274,7 +282,9 @@ async def _assemble(agent: Agent, st: TurnState, step: int) -> PromptAssembly:
     payload = {"agent": agent, "turn": st.turn, "step": step}
     result = await agent.hooks.waterfall(HOOK_ASSEMBLE, payload, default)
     if not isinstance(result, PromptAssembly):
-        raise TypeError(f"{HOOK_ASSEMBLE} must return a PromptAssembly, got {type(result).__name__}")
+        raise TypeError(
+            f"{HOOK_ASSEMBLE} must return a PromptAssembly, got {type(result).__name__}"
+        )
     return result
 
 
@@ -287,13 +297,14 @@ def _default_assembly(agent: Agent) -> PromptAssembly:
     key = (runtime_persona, agent.scope.persona, tuple(runtime.values()), tuple(scoped.values()))
     cached = agent.assembly_cache
     if cached is not None and cached[0] == key:
-        return cached[1]
+        hit: PromptAssembly = cached[1]
+        return hit
     sections = []
     if runtime_persona:
         sections.append(PromptSection("persona", runtime_persona))
     if agent.scope.persona:
         sections.append(PromptSection("persona", agent.scope.persona))
-    assembly = PromptAssembly(tuple(sections), tuple(visible_tools(agent).values()))
+    assembly = PromptAssembly(sections, list(visible_tools(agent).values()))
     agent.assembly_cache = (key, assembly)
     return assembly
 
@@ -337,7 +348,9 @@ async def _collect_context(agent: Agent, st: TurnState, step: int) -> FrozenDict
     return user_message(f"m-{agent.log.inbox.max_id + 1}", text, source="runtime-context")
 
 
-async def _pre_step(agent: Agent, st: TurnState, step: int, messages: tuple[Any, ...]) -> PreStepDecision:
+async def _pre_step(
+    agent: Agent, st: TurnState, step: int, messages: tuple[Any, ...]
+) -> PreStepDecision:
     if not agent.hooks.has("waterfall", HOOK_PRE_STEP):
         return PreStepDecision.enter(messages)
 
@@ -347,7 +360,9 @@ async def _pre_step(agent: Agent, st: TurnState, step: int, messages: tuple[Any,
     payload = {"agent": agent, "messages": messages, "turn": st.turn, "step": step}
     decision = await agent.hooks.waterfall(HOOK_PRE_STEP, payload, default)
     if not isinstance(decision, PreStepDecision):
-        raise TypeError(f"{HOOK_PRE_STEP} must return a PreStepDecision, got {type(decision).__name__}")
+        raise TypeError(
+            f"{HOOK_PRE_STEP} must return a PreStepDecision, got {type(decision).__name__}"
+        )
     return decision
 
 
@@ -389,12 +404,22 @@ async def _run_step(
     st.step_open = False
 
 
-async def _run_tools(agent: Agent, st: TurnState, calls: list[FrozenDict], tools: dict[str, Tool]) -> None:
+async def _run_tools(
+    agent: Agent, st: TurnState, calls: list[FrozenDict], tools: dict[str, Tool]
+) -> None:
     batch = _batch(agent, st, calls, tools)
     st.batch = batch
     budget = agent.options.turn_budget or agent.services.turn_budget()
-    if budget is not None and budget.max_tool_calls is not None and st.tool_calls + len(calls) > budget.max_tool_calls:
-        agent.cancel(cause="hook", keep_inbox=True, message=f"turn budget: maxToolCalls {budget.max_tool_calls} exceeded")
+    if (
+        budget is not None
+        and budget.max_tool_calls is not None
+        and st.tool_calls + len(calls) > budget.max_tool_calls
+    ):
+        agent.cancel(
+            cause="hook",
+            keep_inbox=True,
+            message=f"turn budget: maxToolCalls {budget.max_tool_calls} exceeded",
+        )
         await trio.lowlevel.checkpoint()
     await batch.run()
     st.tool_calls += len(calls)
@@ -402,7 +427,9 @@ async def _run_tools(agent: Agent, st: TurnState, calls: list[FrozenDict], tools
     st.continues = not batch.concludes_turn
 
 
-def _batch(agent: Agent, st: TurnState, calls: Sequence[FrozenDict], tools: Mapping[str, Tool]) -> ToolBatch:
+def _batch(
+    agent: Agent, st: TurnState, calls: Sequence[FrozenDict], tools: Mapping[str, Tool]
+) -> ToolBatch:
     cwd, session_id, turn, step = agent.options.cwd, agent.session_id, st.turn, st.step
 
     def context(call_id: str) -> ToolContext:
@@ -439,7 +466,12 @@ async def _attempts(
             prepared = await agent.services.router.prepare_call(config)
         except ModelError as exc:
             failure = exc.failure
-            data = {"turn": st.turn, "step": st.step, "stream": FrozenDict(attempt=st.attempt), "failure": FrozenDict(failure.to_data())}
+            data = {
+                "turn": st.turn,
+                "step": st.step,
+                "stream": FrozenDict(attempt=st.attempt),
+                "failure": FrozenDict(failure.to_data()),
+            }
             agent.log.add(ASSISTANT_ATTEMPT, FrozenDict(data))
         else:
             request = _sync_phase(agent, st, prepared, config, rendered, decision)
@@ -456,33 +488,56 @@ async def _attempts(
 async def _propose_config(agent: Agent, st: TurnState) -> FrozenDict:
     opts = agent.options
     if agent.first_request or agent.log.state.header is None:
-        proposal = {"provider": opts.provider, "model": opts.model,
-                    "reasoning_effort": opts.reasoning_effort, "max_tokens": opts.max_tokens}
+        proposal = {
+            "provider": opts.provider,
+            "model": opts.model,
+            "reasoning_effort": opts.reasoning_effort,
+            "max_tokens": opts.max_tokens,
+        }
         proposal = {k: v for k, v in proposal.items() if v is not None}
     else:
         logged = agent.log.state.header["config"]
         if not agent.hooks.has("waterfall", HOOK_REQUEST):
-            return logged  # already frozen and validated when it was logged
+            config: FrozenDict = logged  # already frozen and validated when it was logged
+            return config
         proposal = dict(logged)
 
     async def default(payload: Any) -> Any:
         return payload
 
     if agent.hooks.has("waterfall", HOOK_REQUEST):
-        payload = {"agent": agent, "turn": st.turn, "step": st.step, "attempt": st.attempt, "config": proposal}
+        payload = {
+            "agent": agent,
+            "turn": st.turn,
+            "step": st.step,
+            "attempt": st.attempt,
+            "config": proposal,
+        }
         result = await agent.hooks.waterfall(HOOK_REQUEST, payload, default)
-        proposal = dict(result["config"] if "config" in result else result)
+        proposal = dict(result.get("config", result))
         proposal.pop("agent", None)
     if not proposal.get("provider") or not proposal.get("model"):
-        raise ModelError(Failure("NO_ROUTE", "the request needs both a provider and a model (set them in AgentOptions or agent/request)"))
+        raise ModelError(
+            Failure(
+                "NO_ROUTE",
+                "the request needs both a provider and a model"
+                " (set them in AgentOptions or agent/request)",
+            )
+        )
     return FrozenDict(proposal)
 
 
 def _sync_phase(
-    agent: Agent, st: TurnState, prepared: PreparedCall, config: FrozenDict, rendered: str, decision: PreStepDecision
+    agent: Agent,
+    st: TurnState,
+    prepared: PreparedCall,
+    config: FrozenDict,
+    rendered: str,
+    decision: PreStepDecision,
 ) -> ModelRequest:
     """Reconcile the prompt, admit users, write request records, build the request. No awaits."""
     session = agent.log
+    surface = session.surface
     schemas = st.schemas
     logged = session.state.header
     new_series = (
@@ -490,7 +545,7 @@ def _sync_phase(
         or session.surface.generation != agent.seen_generation
         or (logged is not None and tuple(logged.get("tools", ())) != schemas)
     )
-    nodes = [(e.seq, message_text(e.data["message"])) for e in session.surface.system_nodes]
+    nodes = [(int(e.seq or 0), message_text(e.data["message"])) for e in surface.system_nodes]
     in_history = prepared.system_prompt_update == "in-history"
     for draft in reconcile(nodes, rendered, in_history=in_history, new_series=new_series):
         data = FrozenDict(turn=st.turn, step=st.step, message=system_message(draft.text))
@@ -502,7 +557,13 @@ def _sync_phase(
     if not st.users_admitted:
         _admit_users(agent, st)
     cache = agent.request_cache
-    if cache is not None and cache[0] is config and cache[1] is prepared and cache[2] is schemas and cache[3] is logged:
+    if (
+        cache is not None
+        and cache[0] is config
+        and cache[1] is prepared
+        and cache[2] is schemas
+        and cache[3] is logged
+    ):
         header = logged  # same inputs as the request that logged it
     else:
         header = header_record(config, prepared, schemas)
@@ -523,7 +584,9 @@ def _sync_phase(
     return make_request(prepared.config, session.derive_messages(), schemas)
 
 
-async def _stream(agent: Agent, st: TurnState, prepared: PreparedCall, request: ModelRequest) -> FrozenDict | Failure:
+async def _stream(
+    agent: Agent, st: TurnState, prepared: PreparedCall, request: ModelRequest
+) -> FrozenDict | Failure:
     asm = Assembler()
     st.asm = asm
     frames = agent.listening(ASSISTANT_STREAM)
@@ -536,8 +599,16 @@ async def _stream(agent: Agent, st: TurnState, prepared: PreparedCall, request: 
         async for chunk in stream:
             feed(chunk)
             if frames:
-                _frame(agent, st, {"frame": "chunk", "index": getattr(chunk, "index", None),
-                                   "time": agent.services.clock(), "chunk": chunk})
+                _frame(
+                    agent,
+                    st,
+                    {
+                        "frame": "chunk",
+                        "index": getattr(chunk, "index", None),
+                        "time": agent.services.clock(),
+                        "chunk": chunk,
+                    },
+                )
     except ModelError as exc:
         failure = exc.failure
         await _close_stream(stream)
@@ -557,7 +628,9 @@ async def _close_stream(stream: Any) -> None:
             await aclose()
 
 
-def _settle_stream(agent: Agent, st: TurnState, asm: Assembler, failure: Failure | None) -> FrozenDict | Failure:
+def _settle_stream(
+    agent: Agent, st: TurnState, asm: Assembler, failure: Failure | None
+) -> FrozenDict | Failure:
     session = agent.log
     finish: Finish | None = asm.finish
     if failure is None:
@@ -577,7 +650,12 @@ def _settle_stream(agent: Agent, st: TurnState, asm: Assembler, failure: Failure
             stream["text"] = text
         if reasoning:
             stream["reasoning"] = reasoning
-        data = {"turn": st.turn, "step": st.step, "stream": FrozenDict(stream), "failure": FrozenDict(failure.to_data())}
+        data = {
+            "turn": st.turn,
+            "step": st.step,
+            "stream": FrozenDict(stream),
+            "failure": FrozenDict(failure.to_data()),
+        }
         session.add(ASSISTANT_ATTEMPT, FrozenDict(data))
         _frame(agent, st, {"frame": "end", "outcome": "abandoned"})
         return failure
@@ -586,7 +664,12 @@ def _settle_stream(agent: Agent, st: TurnState, asm: Assembler, failure: Failure
     if finish.stop_reason is not None:
         stream["stop_reason"] = finish.stop_reason
     message = FrozenDict(role="assistant", content=asm.content())
-    record: dict[str, Any] = {"turn": st.turn, "step": st.step, "message": message, "stream": FrozenDict(stream)}
+    record: dict[str, Any] = {
+        "turn": st.turn,
+        "step": st.step,
+        "message": message,
+        "stream": FrozenDict(stream),
+    }
     if asm.usage is not None:
         record["usage"] = FrozenDict(asm.usage.to_data())
     event = session.add(ASSISTANT_MESSAGE, FrozenDict(record))
@@ -597,7 +680,9 @@ def _settle_stream(agent: Agent, st: TurnState, asm: Assembler, failure: Failure
     return message
 
 
-async def _offer_failure(agent: Agent, st: TurnState, failure: Failure, config: Mapping[str, Any]) -> Retry | None:
+async def _offer_failure(
+    agent: Agent, st: TurnState, failure: Failure, config: Mapping[str, Any]
+) -> Retry | None:
     """Offer ``failure`` to ``agent/request-error``; the default policy is innermost."""
     rng = agent.services.rng
 
@@ -605,8 +690,14 @@ async def _offer_failure(agent: Agent, st: TurnState, failure: Failure, config: 
         delay = default_retry_delay(payload["failure"], payload["attempt"], rng)
         return None if delay is None else Retry(delay)
 
-    payload = {"agent": agent, "turn": st.turn, "step": st.step, "provider": config.get("provider"),
-               "failure": failure, "attempt": st.attempt}
+    payload = {
+        "agent": agent,
+        "turn": st.turn,
+        "step": st.step,
+        "provider": config.get("provider"),
+        "failure": failure,
+        "attempt": st.attempt,
+    }
     if agent.hooks.has("waterfall", HOOK_REQUEST_ERROR):
         result = await agent.hooks.waterfall(HOOK_REQUEST_ERROR, payload, default_policy)
     else:

@@ -40,7 +40,7 @@ async def noop(n: int = 0) -> str:
 
 
 def _rss_bytes() -> int:
-    with open("/proc/self/statm", encoding="ascii") as f:  # noqa: PTH123
+    with open("/proc/self/statm", encoding="ascii") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
@@ -61,7 +61,11 @@ async def _reference_agent(steps: int, calls: int, log: list[Any]) -> None:
         nursery.start_soon(consumer)
         async with send:
             for i in range(steps):
-                message = {"role": "assistant", "step": i, "content": [{"type": "text", "text": "x"}]}
+                message = {
+                    "role": "assistant",
+                    "step": i,
+                    "content": [{"type": "text", "text": "x"}],
+                }
                 log.append(message)
                 await send.send(message)
                 for _ in range(calls):
@@ -122,14 +126,18 @@ def w1(
     return trio.run(main)
 
 
-def w3(agents: int, steps: int = 5, store_factory: Callable[[], SessionStore] = MemoryStore) -> tuple[float, float]:
+def w3(
+    agents: int, steps: int = 5, store_factory: Callable[[], SessionStore] = MemoryStore
+) -> tuple[float, float]:
     """(seconds for all agents' turns, MB per live agent)."""
 
     async def main() -> tuple[float, float]:
         store = store_factory()
         gc.collect()
         before = _rss_bytes()
-        async with open_runtime(store=store, providers={"s": _PerAgentModel(steps)}, tools=[noop]) as rt:
+        async with open_runtime(
+            store=store, providers={"s": _PerAgentModel(steps)}, tools=[noop]
+        ) as rt:
             handles = [
                 await rt.agents.create(options=AgentOptions(id=f"sim-{i}", provider="s", model="m"))
                 for i in range(agents)

@@ -8,6 +8,7 @@ every open block. On ``max-tokens`` or a cancel, an unended tool call is dropped
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .._frozen import FrozenDict, freeze
@@ -61,38 +62,44 @@ class Assembler:
 
     def feed(self, chunk: Chunk) -> None:
         """Fold one chunk."""
-        cls = type(chunk)
-        if cls is TextDelta or cls is ReasoningDelta:
-            kind = "text" if cls is TextDelta else "reasoning"
-            self._block(chunk.index, kind).parts.append(chunk.text)  # type: ignore[union-attr]
+        _FEED[type(chunk)](self, chunk)
+
+    def _text(self, chunk: TextDelta) -> None:
+        self._block(chunk.index, "text").parts.append(chunk.text)
+        self.delivered = True
+
+    def _reasoning(self, chunk: ReasoningDelta) -> None:
+        self._block(chunk.index, "reasoning").parts.append(chunk.text)
+        self.delivered = True
+
+    def _arguments(self, chunk: ToolCallDelta) -> None:
+        self._block(chunk.index, "tool-call").parts.append(chunk.arguments)
+        self.delivered = True
+
+    def _start(self, chunk: BlockStart) -> None:
+        block = self._block(chunk.index, chunk.kind)
+        block.kind = chunk.kind
+        if chunk.call_id is not None:
+            block.call_id = chunk.call_id
+        if chunk.name is not None:
+            block.name = chunk.name
+        if chunk.kind == "tool-call":
             self.delivered = True
-        elif cls is ToolCallDelta:
-            self._block(chunk.index, "tool-call").parts.append(chunk.arguments)  # type: ignore[union-attr]
-            self.delivered = True
-        elif cls is BlockStart:
-            assert isinstance(chunk, BlockStart)
-            block = self._block(chunk.index, chunk.kind)
-            block.kind = chunk.kind
-            if chunk.call_id is not None:
-                block.call_id = chunk.call_id
-            if chunk.name is not None:
-                block.name = chunk.name
-            if chunk.kind == "tool-call":
-                self.delivered = True
-        elif cls is BlockEnd:
-            assert isinstance(chunk, BlockEnd)
-            block = self._block(chunk.index, "text")
-            block.ended = True
-            if chunk.metadata:
-                block.metadata = chunk.metadata
-        elif cls is UsageChunk:
-            self.usage = chunk.usage  # type: ignore[union-attr]
-        elif cls is Finish:
-            assert isinstance(chunk, Finish)
-            self.finish = chunk
-            if chunk.reason in ("stop", "tool-calls"):
-                for block in self._blocks.values():
-                    block.ended = True
+
+    def _end(self, chunk: BlockEnd) -> None:
+        block = self._block(chunk.index, "text")
+        block.ended = True
+        if chunk.metadata:
+            block.metadata = chunk.metadata
+
+    def _usage(self, chunk: UsageChunk) -> None:
+        self.usage = chunk.usage
+
+    def _finish(self, chunk: Finish) -> None:
+        self.finish = chunk
+        if chunk.reason in ("stop", "tool-calls"):
+            for block in self._blocks.values():
+                block.ended = True
 
     def delivered_text(self) -> tuple[str, str]:
         """All delivered (text, reasoning), concatenated across blocks."""
@@ -131,9 +138,18 @@ class Assembler:
             if not text and block.metadata is None:
                 continue
             if block.metadata is not None:
-                out.append(
-                    FrozenDict(type=block.kind, text=text, metadata=freeze(block.metadata))
-                )
+                out.append(FrozenDict(type=block.kind, text=text, metadata=freeze(block.metadata)))
             else:
                 out.append(FrozenDict(type=block.kind, text=text))
         return tuple(out)
+
+
+_FEED: dict[type, Callable[[Assembler, Any], None]] = {
+    TextDelta: Assembler._text,
+    ReasoningDelta: Assembler._reasoning,
+    ToolCallDelta: Assembler._arguments,
+    BlockStart: Assembler._start,
+    BlockEnd: Assembler._end,
+    UsageChunk: Assembler._usage,
+    Finish: Assembler._finish,
+}

@@ -1,13 +1,14 @@
-"""The model-adapter seam: normalised stream chunks, failures, requests and prepared calls.
+"""The model-adapter seam: normalised chunks, failures, requests and prepared calls.
 
 Every provider stream is normalised to these chunks::
 
     block-start | text-delta | reasoning-delta | tool-call-delta | block-end | usage | finish
 
 ``finish`` is ``stop | tool-calls | max-tokens | aborted | error``; an ``error`` finish carries a
-``Failure`` with a code (``HTTP_429``, ``HTTP_5XX``, ``BAD_STREAM``, ...). A block's ``index`` is its
-position within the attempt. A tool-call block is *complete* when its ``block-end`` arrived, or
-when the stream finished normally (``stop``/``tool-calls``); on a ``max-tokens`` finish an unended
+``Failure`` with a code (``HTTP_429``, ``HTTP_5XX``, ``BAD_STREAM``, ...). A block's ``index``
+is its position within the attempt. A tool-call block is *complete* when its ``block-end``
+arrived, or when the stream finished normally (``stop``/``tool-calls``); on a ``max-tokens``
+finish an unended
 tool call was cut and is dropped.
 
 An adapter's ``prepare_call(config)`` resolves defaults (reasoning effort, max tokens), declares the

@@ -4,8 +4,9 @@ Each request takes the next ``Reply`` of the script (a callable entry is called 
 request and returns a ``Reply``). Replies stream like a provider's: reasoning and text chunked
 by word, tool calls as a block with its JSON arguments in one delta, then usage and a finish.
 The stream yields to the scheduler once per delta chunk (``trio.sleep(latency)``, or a
-checkpoint when latency is 0), so cancellation can land between any two deltas and everything runs under ``MockClock(autojump_threshold=0)``. Running out of
-script is an error reply (``SCRIPT_EXHAUSTED``), not a hang.
+checkpoint when latency is 0), so cancellation can land between any two deltas and
+everything runs under ``MockClock(autojump_threshold=0)``. Running out of script is an error
+reply (``SCRIPT_EXHAUSTED``), not a hang.
 """
 
 from __future__ import annotations

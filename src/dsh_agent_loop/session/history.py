@@ -65,9 +65,7 @@ class MessagesView(Sequence[FrozenDict]):
 
 def message_text(message: FrozenDict) -> str:
     """Concatenated text of a message's text blocks."""
-    return "".join(
-        b.get("text", "") for b in message.get("content", ()) if b.get("type") == "text"
-    )
+    return "".join(b.get("text", "") for b in message.get("content", ()) if b.get("type") == "text")
 
 
 def _is_visible(event: Event) -> bool:

@@ -32,7 +32,11 @@ class Projection(Protocol):
 
 def _builtin_folds() -> dict[str, tuple[str, ...]]:
     table: dict[str, list[str]] = {}
-    for name, cls in (("surface", SurfaceProjection), ("inbox", InboxProjection), ("state", LoopState)):
+    for name, cls in (
+        ("surface", SurfaceProjection),
+        ("inbox", InboxProjection),
+        ("state", LoopState),
+    ):
         for t in cls.types:
             table.setdefault(t, []).append(name)
     return {t: tuple(names) for t, names in table.items()}

@@ -26,7 +26,7 @@ from ..events import (
 )
 from .history import message_text
 
-__all__ = ["InboxProjection", "InvalidSpliceError", "LoopState", "NEXT_STEP", "NEXT_TURN"]
+__all__ = ["NEXT_STEP", "NEXT_TURN", "InboxProjection", "InvalidSpliceError", "LoopState"]
 
 NEXT_TURN: Final = "next-turn"
 NEXT_STEP: Final = "next-step"
@@ -66,7 +66,7 @@ class InboxProjection:
             if n > self.max_id:
                 self.max_id = n
             return
-        target = self.lists.get(data.get("target"))
+        target = self.lists.get(str(data.get("target")))
         start, removed = data.get("start"), data.get("removed_count")
         inserted = data.get("inserted", ())
         if (

@@ -28,7 +28,7 @@ from ..events import (
 )
 from .records import tool_call_data, tool_result_data
 
-__all__ = ["OUTCOME_UNKNOWN_TEXT", "NOT_STARTED_TEXT", "repair_events"]
+__all__ = ["NOT_STARTED_TEXT", "OUTCOME_UNKNOWN_TEXT", "repair_events"]
 
 OUTCOME_UNKNOWN_TEXT: Final = (
     "Error: the process stopped while this tool call was running; its outcome is unknown. "
@@ -37,60 +37,69 @@ OUTCOME_UNKNOWN_TEXT: Final = (
 NOT_STARTED_TEXT: Final = "Error: the process stopped before this tool call was started."
 
 
-def repair_events(events: Sequence[Event], now: float) -> list[Event]:
-    """The closers for ``events`` (seqs continue the log), or ``[]`` when no turn is open."""
-    turn_start = None
+def _open_turn(events: Sequence[Event]) -> int | None:
+    """Index of the ``turn/start`` of the open turn, or None."""
     for i in range(len(events) - 1, -1, -1):
         t = events[i].type
         if t == TURN_END:
-            return []
+            return None
         if t == TURN_START:
-            turn_start = i
-            break
-    if turn_start is None:
-        return []
-    turn = events[turn_start].data["turn"]
+            return i
+    return None
+
+
+def _scan(
+    events: Sequence[Event],
+) -> tuple[int | None, list[tuple[int, FrozenDict]], dict[str, int], set[str]]:
+    """Open step, model calls (step, block) in order, tool/call seqs, answered call ids."""
     open_step: int | None = None
-    calls: list[tuple[int, FrozenDict]] = []  # (step, block) in model order
+    calls: list[tuple[int, FrozenDict]] = []
     call_seqs: dict[str, int] = {}
     answered: set[str] = set()
-    for event in events[turn_start:]:
+    for event in events:
         t, data = event.type, event.data
         if t == STEP_START:
             open_step = data["step"]
         elif t == STEP_END:
             open_step = None
         elif t == ASSISTANT_MESSAGE:
-            for block in data["message"]["content"]:
-                if block["type"] == "tool-call":
-                    calls.append((data["step"], block))
+            content = data["message"]["content"]
+            calls.extend((data["step"], b) for b in content if b["type"] == "tool-call")
         elif t == TOOL_CALL:
             call_seqs[data["call_id"]] = event.seq  # type: ignore[assignment]
         elif t == TOOL_RESULT:
             answered.add(data["message"]["call_id"])
+    return open_step, calls, call_seqs, answered
+
+
+def repair_events(events: Sequence[Event], now: float) -> list[Event]:
+    """The closers for ``events`` (seqs continue the log), or ``[]`` when no turn is open."""
+    start = _open_turn(events)
+    if start is None:
+        return []
+    turn = events[start].data["turn"]
+    open_step, calls, call_seqs, answered = _scan(events[start:])
     out: list[Event] = []
-    seq = len(events)
 
     def add(type_: str, data: FrozenDict, cites: tuple[int, ...] | None = None) -> int:
-        nonlocal seq
+        seq = len(events) + len(out)
         out.append(make_event(type_, seq, now, data, None, cites))
-        seq += 1
-        return seq - 1
+        return seq
 
     for step, block in calls:
         call_id = block["call_id"]
         if call_id in answered:
             continue
-        if call_id in call_seqs:
-            data = tool_result_data(turn, step, block, OUTCOME_UNKNOWN_TEXT,
-                                    error=("OutcomeUnknown", "TOOL_OUTCOME_UNKNOWN"))
-            add(TOOL_RESULT, data, (call_seqs[call_id],))
-        else:
-            call_seq = add(TOOL_CALL, tool_call_data(turn, step, block))
-            data = tool_result_data(turn, step, block, NOT_STARTED_TEXT,
-                                    error=("NotStarted", "TOOL_NOT_STARTED"))
-            add(TOOL_RESULT, data, (call_seq,))
         answered.add(call_id)
+        if call_id in call_seqs:
+            error = ("OutcomeUnknown", "TOOL_OUTCOME_UNKNOWN")
+            data = tool_result_data(turn, step, block, OUTCOME_UNKNOWN_TEXT, error=error)
+            add(TOOL_RESULT, data, (call_seqs[call_id],))
+            continue
+        call_seq = add(TOOL_CALL, tool_call_data(turn, step, block))
+        error = ("NotStarted", "TOOL_NOT_STARTED")
+        data = tool_result_data(turn, step, block, NOT_STARTED_TEXT, error=error)
+        add(TOOL_RESULT, data, (call_seq,))
     if open_step is not None:
         add(STEP_END, FrozenDict(turn=turn, step=open_step))
     add(TURN_END, FrozenDict(turn=turn, reason=FrozenDict(kind="interrupted")))

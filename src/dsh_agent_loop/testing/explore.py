@@ -139,7 +139,9 @@ class _Run:
     site: str | None
 
 
-def _streams(frames: list[Event]) -> tuple[dict[tuple[Any, int], str], list[tuple[Any, ...]], list[str]]:
+def _streams(
+    frames: list[Event],
+) -> tuple[dict[tuple[Any, int], str], list[tuple[Any, ...]], list[str]]:
     """Fold stream frames: delivered text per committed seq, abandoned streams, problems."""
     open_: dict[tuple[Any, ...], list[str]] = {}
     committed: dict[tuple[Any, int], str] = {}
@@ -178,8 +180,9 @@ async def _run_scenario(
     problems: list[str] = []
     frames: list[Event] = []
     agents: list[Agent] = []
-    async with open_runtime(store=store, providers=providers(), tools=tools, seed=seed,
-                            clock=trio.current_time) as rt:
+    async with open_runtime(
+        store=store, providers=providers(), tools=tools, seed=seed, clock=trio.current_time
+    ) as rt:
         rt.hooks.on(ASSISTANT_STREAM, frames.append)
         rt.hooks.on("agent/created", lambda e: _track(rt, e, probe, agents))
         with trio.move_on_after(HANG_LIMIT) as guard:
@@ -205,11 +208,39 @@ def _track(rt: Runtime, event: Event, probe: _Probe, agents: list[Agent]) -> Non
         agent.on_driver_start = probe.register
 
 
-def _check_logs(logs: dict[str, list[Event]], frames: list[Event], probe: _Probe, agents: list[Agent]) -> list[str]:
+def _check_logs(
+    logs: dict[str, list[Event]], frames: list[Event], probe: _Probe, agents: list[Agent]
+) -> list[str]:
     problems = []
     for sid, events in logs.items():
         for violation in invariants.check(events, allow_open_turn=False):
             problems.append(f"{sid}: {violation}")
+    problems.extend(_check_streams(logs, frames, agents))
+    if probe.fired is not None:
+        agent, open_turn, _ = probe.fired
+        if open_turn is not None:
+            ends = [
+                e
+                for e in logs.get(agent.session_id, [])
+                if e.type == TURN_END and e.data["turn"] == open_turn
+            ]
+            if not ends:
+                problems.append(f"turn {open_turn} open at the cancel has no turn/end")
+            elif (
+                ends[0].data["reason"].get("kind") != "aborted"
+                or ends[0].data["reason"].get("cause") != "user"
+            ):
+                problems.append(
+                    f"turn {open_turn} open at the cancel ended {dict(ends[0].data['reason'])}"
+                )
+    return problems
+
+
+def _check_streams(
+    logs: dict[str, list[Event]], frames: list[Event], agents: list[Agent]
+) -> list[str]:
+    """Delivered text is kept: in its committed message, or in a failed attempt's record."""
+    problems: list[str] = []
     committed, abandoned, stream_problems = _streams(frames)
     problems.extend(stream_problems)
     by_agent = {a.id: a for a in agents}
@@ -219,30 +250,34 @@ def _check_logs(logs: dict[str, list[Event]], frames: list[Event], probe: _Probe
             continue
         stored = logs.get(agent.session_id, [])
         if seq >= len(stored) or stored[seq].type != ASSISTANT_MESSAGE:
-            problems.append(f"{agent.session_id}: committed frame names seq {seq}, not an assistant/message")
+            problems.append(
+                f"{agent.session_id}: committed frame names seq {seq}, not an assistant/message"
+            )
             continue
         content = stored[seq].data["message"]["content"]
         kept = "".join(b["text"] for b in content if b["type"] == "text")
         if kept != text:
-            problems.append(f"{agent.session_id}: seq {seq} keeps {kept!r} but the stream delivered {text!r}")
+            problems.append(
+                f"{agent.session_id}: seq {seq} keeps {kept!r} but the stream delivered {text!r}"
+            )
     for agent_id, turn, step, attempt, text in abandoned:
         agent = by_agent.get(agent_id)
         if agent is None or not text:
             continue
         attempts = [
-            e for e in logs.get(agent.session_id, [])
-            if e.type == ASSISTANT_ATTEMPT and (e.data["turn"], e.data["step"], e.data["stream"]["attempt"]) == (turn, step, attempt)
+            e
+            for e in logs.get(agent.session_id, [])
+            if e.type == ASSISTANT_ATTEMPT
+            and (e.data["turn"], e.data["step"], e.data["stream"]["attempt"])
+            == (turn, step, attempt)
         ]
-        if not attempts or attempts[0].data["failure"]["code"] == "ABORTED" or attempts[0].data["stream"].get("text") != text:
-            problems.append(f"{agent.session_id}: delivered text {text!r} of turn {turn} step {step} was not kept")
-    if probe.fired is not None:
-        agent, open_turn, _ = probe.fired
-        if open_turn is not None:
-            ends = [e for e in logs.get(agent.session_id, []) if e.type == TURN_END and e.data["turn"] == open_turn]
-            if not ends:
-                problems.append(f"turn {open_turn} open at the cancel has no turn/end")
-            elif ends[0].data["reason"].get("kind") != "aborted" or ends[0].data["reason"].get("cause") != "user":
-                problems.append(f"turn {open_turn} open at the cancel ended {dict(ends[0].data['reason'])}")
+        if (
+            not attempts
+            or attempts[0].data["failure"]["code"] == "ABORTED"
+            or attempts[0].data["stream"].get("text") != text
+        ):
+            where = f"{agent.session_id}: turn {turn} step {step}"
+            problems.append(f"{where}: delivered text {text!r} was not kept")
     return problems
 
 
@@ -260,8 +295,15 @@ def _one_run(
     random.seed(seed)
     try:
         return trio.run(
-            _run_scenario, scenario, probe, providers, tuple(tools), store_factory(), seed,
-            clock=trio.testing.MockClock(autojump_threshold=0), instruments=[probe],
+            _run_scenario,
+            scenario,
+            probe,
+            providers,
+            tuple(tools),
+            store_factory(),
+            seed,
+            clock=trio.testing.MockClock(autojump_threshold=0),
+            instruments=[probe],
         )
     finally:
         random.setstate(random_state)
@@ -269,7 +311,10 @@ def _one_run(
 
 def _strip(logs: dict[str, list[Event]]) -> list[list[tuple[Any, ...]]]:
     """Logs without session ids, for determinism comparison."""
-    return [[(e.type, e.seq, e.time, e.data) for e in events] for _, events in sorted(logs.items(), key=lambda kv: kv[1][0].time if kv[1] else 0)]
+    return [
+        [(e.type, e.seq, e.time, e.data) for e in events]
+        for _, events in sorted(logs.items(), key=lambda kv: kv[1][0].time if kv[1] else 0)
+    ]
 
 
 def explore_cancellation(
@@ -299,7 +344,13 @@ def explore_cancellation(
     failures = [(0, problem) for problem in dry.problems]
     again = _one_run(scenario, providers, tools, store_factory, seed, None)
     if again.checkpoints != dry.checkpoints:
-        failures.append((0, f"K is not stable: {dry.checkpoints} then {again.checkpoints} (non-deterministic scenario)"))
+        failures.append(
+            (
+                0,
+                f"K is not stable: {dry.checkpoints} then {again.checkpoints}"
+                " (non-deterministic scenario)",
+            )
+        )
     k = dry.checkpoints
     points = list(range(1, k + 1))
     if max_checkpoints is not None and k > max_checkpoints:

@@ -73,7 +73,8 @@ class ArgumentsError(ValueError):
 
 
 def _validator(schema: Mapping[str, Any]) -> Callable[[Any], Any]:
-    return fastjsonschema.compile(_thaw_schema(schema))  # type: ignore[no-any-return]
+    validate: Callable[[Any], Any] = fastjsonschema.compile(_thaw_schema(schema))
+    return validate
 
 
 def _thaw_schema(value: Any) -> Any:
@@ -103,7 +104,9 @@ class Tool:
 
     def __attrs_post_init__(self) -> None:
         if self.execution_mode not in ("parallel", "exclusive"):
-            raise ValueError(f"execution_mode must be 'parallel' or 'exclusive', got {self.execution_mode!r}")
+            raise ValueError(
+                f"execution_mode must be 'parallel' or 'exclusive', got {self.execution_mode!r}"
+            )
 
     @property
     def schema(self) -> FrozenDict:
@@ -125,7 +128,7 @@ class Tool:
         try:
             self._schema_fn(arguments)
         except fastjsonschema.JsonSchemaException as exc:
-            raise ArgumentsError(str(exc.message)) from None
+            raise ArgumentsError(str(getattr(exc, "message", exc))) from None
 
 
 def parse_arguments(tool: Tool, raw: str) -> dict[str, Any]:
@@ -176,12 +179,10 @@ def _hint_schema(hint: Any) -> dict[str, Any]:
     if origin in (typing.Union, types.UnionType):
         return {"anyOf": [_hint_schema(a) for a in args]}
     if origin in (list, Sequence, tuple) or hint in (list, tuple):
-        schema: dict[str, Any] = {"type": "array"}
-        if args and args[-1] is not Ellipsis:
-            schema["items"] = _hint_schema(args[0])
-        elif args:
-            schema["items"] = _hint_schema(args[0])
-        return schema
+        array: dict[str, Any] = {"type": "array"}
+        if (args and args[-1] is not Ellipsis) or args:
+            array["items"] = _hint_schema(args[0])
+        return array
     if origin in (dict, Mapping) or hint in (dict,):
         return {"type": "object"}
     raise TypeError(f"cannot derive a JSON schema from type hint {hint!r}")
