@@ -371,7 +371,7 @@ class ToolBatch:
                     )
             elif call.call_seq is None:
                 self._append_call(call)
-        self._commit_ready()
+            self._commit_ready()  # each synthetic tool/call is followed by its result
 
     @property
     def settled(self) -> bool:

@@ -116,8 +116,8 @@ async def run_turn(agent: Agent, scope: trio.CancelScope) -> bool:
             reason = _aborted_reason(agent, budget)
         _close_open_work(agent, st)
         assert reason is not None
-        if reason["kind"] == "error" and not st.request_sent and not st.users_admitted:
-            _admit_users(agent, st)  # the session shows what was asked
+        if reason["kind"] == "error" and not st.users_admitted and st.pending_users:
+            _admit_users(agent, st)  # the session shows what was asked, even if never sent
         session.add(TURN_END, FrozenDict(turn=st.turn, reason=reason))
         ended = True
     finally:

@@ -207,3 +207,68 @@ def run_loop_bench(quick: bool = False) -> dict[str, Any]:
             }
         )
     return result
+
+
+def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """Table rows: workload, ours, reference, ratio, target."""
+    out = [
+        (
+            "W1 µs/step (1 tool/step)",
+            f"{result['w1_us_per_step']:.1f}",
+            f"{result['w1_ref_us_per_step']:.1f}",
+            f"{result['w1_us_per_step'] / result['w1_ref_us_per_step']:.1f}×",
+            "≤ 5×",
+        ),
+        ("W1 growth (900–1000 / 1–100)", f"{result['w1_growth_100_vs_10']:.2f}", "", "", "≤ 1.2"),
+        (
+            "W2 µs/step (8 tools/step)",
+            f"{result['w2_us_per_step']:.1f}",
+            f"{result['w2_ref_us_per_step']:.1f}",
+            f"{result['w2_us_per_step'] / result['w2_ref_us_per_step']:.1f}×",
+            "≤ 5×",
+        ),
+    ]
+    for w3row in result["w3"]:
+        n = w3row["agents"]
+        share = w3row["steps_per_s"] / w3row["ref_steps_per_s"]
+        out.append(
+            (
+                f"W3 steps/s, {n} agents",
+                f"{w3row['steps_per_s']:.0f}",
+                f"{w3row['ref_steps_per_s']:.0f}",
+                f"{share:.0%} of ref",
+                "≥ 20%",
+            )
+        )
+        out.append((f"W3 MB/agent, {n} agents", f"{w3row['mb_per_agent']:.4f}", "", "", "≤ 0.03"))
+    return out
+
+
+def print_table(title: str, table: list[tuple[str, str, str, str, str]]) -> None:
+    """Print benchmark rows as a rich table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title)
+    for name in ("workload", "ours", "reference", "ratio", "target"):
+        t.add_column(name, no_wrap=True)
+    for row in table:
+        t.add_row(*row)
+    Console().print(t)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``scripts/bench/loop.py [--quick] [--json PATH]``."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="W3 at 1,000 agents only")
+    parser.add_argument("--json", metavar="PATH", help="write the figures as JSON")
+    args = parser.parse_args(argv)
+    result = run_loop_bench(quick=args.quick)
+    print_table("loop benchmark (pure-trio reference measured in the same run)", rows(result))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:  # noqa: PTH123
+            json.dump(result, f, indent=2)
+    return 0

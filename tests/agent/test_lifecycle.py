@@ -1,0 +1,422 @@
+"""Create, resume and teardown (SPEC §13): rollback, registries, repair on resume, disposal."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import trio
+
+from dsh_agent_loop import (
+    AgentAlreadyExistsError,
+    AgentOptions,
+    InvalidOptionError,
+    MemoryStore,
+    Reply,
+    ScriptedModel,
+    SessionAlreadyOwnedError,
+    SessionNotFoundError,
+    open_runtime,
+)
+
+from ..session.logs import LogBuilder
+from .conftest import OPTIONS, assert_well_formed, plain, turn_ends, types
+
+HEADER = {"agent_id": "main", "created_at": "2024-01-01T00:00:00.000+00:00", "format_version": 1}
+
+
+def runtime(model=None, **kwargs):
+    kwargs.setdefault("store", MemoryStore())
+    kwargs.setdefault("clock", trio.current_time)
+    return open_runtime(providers={"scripted": model or ScriptedModel([])}, **kwargs)
+
+
+async def test_create_publishes_and_announces(autojump_clock):
+    seen = []
+    async with runtime() as rt:
+        for name in ("session/created", "agent/created", "agent/session-start"):
+            rt.hooks.on(name, lambda e, name=name: seen.append((name, plain(e.data))))
+        handle = await rt.agents.create(options=OPTIONS)
+        agent = handle.agent
+        assert re.fullmatch(r"main-session-[0-9a-f-]{36}", agent.session_id)
+        assert rt.agents.get("main") is agent
+        assert rt.agents.list() == [agent]
+        assert [name for name, _ in seen] == [
+            "session/created",
+            "agent/created",
+            "agent/session-start",
+        ]
+        assert seen[2][1]["source"] == "create"
+        assert types(agent.session.events) == ["session/end-seed"]
+        assert agent.status.value == "idle"
+
+
+async def test_agent_ids_are_unique_among_live_agents(autojump_clock):
+    async with runtime() as rt:
+        await rt.agents.create(options=OPTIONS)
+        with pytest.raises(AgentAlreadyExistsError):
+            await rt.agents.create(options=OPTIONS)
+        other = await rt.agents.create(
+            options=AgentOptions(id="other", provider="scripted", model="m")
+        )
+        assert [a.id for a in rt.agents.list()] == ["main", "other"]
+        assert other.agent.session_id != rt.agents.get("main").session_id
+
+
+async def _assert_rolled_back(rt, sid):
+    assert rt.agents.get("main") is None
+    assert rt.agents.list() == []
+    assert await rt.store.list() == []
+    assert await rt.store.stat(sid) is None
+    # the same agent id and session id can be used again
+    handle = await rt.agents.create(session_id=sid, options=OPTIONS)
+    assert rt.agents.get("main") is handle.agent
+    await handle.dispose()
+    assert [i.session_id for i in await rt.store.list()] == [sid]
+
+
+async def test_a_raising_setup_rolls_the_creation_back(autojump_clock):
+    async def setup(scope, agent):
+        scope.hooks.on("agent/status", lambda e: None)
+        raise RuntimeError("setup failed")
+
+    async with runtime() as rt:
+        with pytest.raises(RuntimeError, match="setup failed"):
+            await rt.agents.create(session_id="s1", options=OPTIONS, setup=setup)
+        await _assert_rolled_back(rt, "s1")
+
+
+async def test_a_vetoing_session_created_listener_rolls_back(autojump_clock):
+    def veto(event):
+        raise PermissionError("not today")
+
+    async with runtime() as rt:
+        dispose = rt.hooks.on("session/created", veto)
+        created = []
+        rt.hooks.on("agent/created", created.append)
+        with pytest.raises(PermissionError):
+            await rt.agents.create(session_id="s1", options=OPTIONS)
+        assert created == []
+        dispose()
+        await _assert_rolled_back(rt, "s1")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        AgentOptions(id="main", provider="scripted", model="m", max_tokens=0),
+        AgentOptions(id="main", provider="scripted", model="m", max_tokens=-3),
+        AgentOptions(id="main", provider="scripted", model="m", reasoning_effort=""),
+        AgentOptions(id="", provider="scripted", model="m"),
+        AgentOptions(id="main", provider="scripted", model="m", tools=("no-such-tool",)),
+    ],
+)
+async def test_invalid_options_roll_back(autojump_clock, options):
+    async with runtime() as rt:
+        with pytest.raises(InvalidOptionError):
+            await rt.agents.create(session_id="s1", options=options)
+        await _assert_rolled_back(rt, "s1")
+
+
+async def test_a_taken_session_id_is_refused(autojump_clock):
+    from dsh_agent_loop import SessionAlreadyExistsError
+
+    async with runtime(ScriptedModel([Reply.text("a")])) as rt:
+        first = await rt.agents.create(session_id="s1", options=OPTIONS)
+        first.agent.followup("go")
+        await first.agent.wait_idle()
+        await first.dispose()
+        with pytest.raises(SessionAlreadyExistsError):
+            await rt.agents.create(session_id="s1", options=OPTIONS)
+        assert rt.agents.get("main") is None
+
+
+async def test_dispose_is_idempotent_and_concurrent_callers_share_it(autojump_clock):
+    disposed = []
+    async with runtime() as rt:
+        rt.hooks.on("agent/disposed", disposed.append)
+        handle = await rt.agents.create(options=OPTIONS)
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(handle.dispose)
+        await handle.dispose()
+        assert len(disposed) == 1
+        assert rt.agents.get("main") is None
+        assert handle.agent.stopped
+        # a disposed agent does not wake
+        handle.agent.followup("ignored")
+        await trio.sleep(1)
+        assert "turn/start" not in types(handle.agent.session.events)
+
+
+async def test_a_stale_disposer_cannot_remove_a_newer_agent(autojump_clock):
+    model = ScriptedModel([Reply.text("still here")])
+    async with runtime(model) as rt:
+        old = await rt.agents.create(options=OPTIONS)
+        await old.dispose()
+        new = await rt.agents.create(options=OPTIONS)
+        await old.dispose()
+        assert rt.agents.get("main") is new.agent
+        assert not new.agent.stopped
+        new.agent.followup("go")
+        await new.agent.wait_idle()
+        assert turn_ends(new.agent.session.events) == [{"kind": "completed"}]
+
+
+async def test_scoped_hooks_and_tools_vanish_with_the_agent(autojump_clock):
+    from dsh_agent_loop import tool
+
+    @tool
+    async def mine() -> str:
+        return "x"
+
+    async def setup(scope, agent):
+        scope.hooks.on("agent/status", lambda e: None)
+        scope.add_tool(mine)
+        scope.persona = "scoped persona"
+
+    async with runtime(ScriptedModel([Reply.text("a")])) as rt:
+        handle = await rt.agents.create(options=OPTIONS, setup=setup)
+        agent = handle.agent
+        assert agent.hooks.has("on", "agent/status")
+        agent.followup("go")
+        await agent.wait_idle()
+        (request,) = rt.router.get("scripted").requests
+        assert [t["name"] for t in request.tools] == ["mine"]
+        assert request.messages[0]["content"][0]["text"] == "scoped persona"
+        await handle.dispose()
+        assert not agent.hooks.has("on", "agent/status")
+        assert agent.scope.tools == {}
+        assert not rt.hooks.has("on", "agent/status")
+
+
+async def test_resume_rebuilds_the_inbox(autojump_clock):
+    model = ScriptedModel([Reply.text("resumed work")])
+    async with runtime(model) as rt:
+        handle = await rt.agents.create(session_id="s1", options=OPTIONS)
+        handle.agent.inject("step context")
+        handle.agent.send("queued prompt", "next-turn", wake=False)
+        await handle.dispose()
+        sessions = []
+        rt.hooks.on("agent/session-start", lambda e: sessions.append(e.data["source"]))
+        again = await rt.agents.resume("s1", options=OPTIONS)
+        agent = again.agent
+        assert sessions == ["resume"]
+        # queued next-turn work goes on after the resume
+        await agent.wait_idle()
+        assert turn_ends(agent.session.events) == [{"kind": "completed"}]
+        request = model.requests[0]
+        assert [m["content"][0]["text"] for m in request.messages if m["role"] == "user"] == [
+            "step context",
+            "queued prompt",
+        ]
+        header = [e for e in agent.session.events if e.type == "request/header"]
+        # no request was ever made in this session: nothing to resume, the header is initial
+        assert [e.data["reason"] for e in header] == ["initial"]
+        # new message ids continue the session's counter
+        assert agent.followup("more") == "m-3"
+        assert_well_formed(agent.session.events)
+
+
+async def test_resume_nothing_queued_stays_idle(autojump_clock):
+    model = ScriptedModel([Reply.text("a")])
+    async with runtime(model) as rt:
+        handle = await rt.agents.create(session_id="s1", options=OPTIONS)
+        handle.agent.inject("only next-step")
+        await handle.dispose()
+        again = await rt.agents.resume("s1", options=OPTIONS)
+        await trio.sleep(1)
+        assert again.agent.status.value == "idle"
+        assert [m["id"] for m in again.agent.inbox.next_step] == ["m-1"]
+        assert model.requests == []
+
+
+async def test_resume_missing_and_owned_sessions(autojump_clock):
+    async with runtime() as rt:
+        with pytest.raises(SessionNotFoundError):
+            await rt.agents.resume("nope", options=OPTIONS)
+        assert rt.agents.get("main") is None
+        handle = await rt.agents.resume("nope", options=OPTIONS, create_if_missing=True)
+        assert handle.agent.session_id == "nope"
+        handle.agent.inject("x")  # make it non-empty once flushed
+        await handle.agent.flush()
+        with pytest.raises(SessionAlreadyOwnedError):
+            await rt.agents.resume(
+                "nope", options=AgentOptions(id="second", provider="scripted", model="m")
+            )
+        assert rt.agents.get("second") is None
+
+
+def crashed_log() -> LogBuilder:
+    """A session that crashed in step 2 of turn 1 while running tools."""
+    b = LogBuilder()
+    b.seed_end()
+    b.add(
+        "agent/inbox/spliced",
+        {
+            "target": "next-turn",
+            "start": 0,
+            "removed_count": 0,
+            "inserted": (
+                {"role": "user", "id": "m-1", "content": ({"type": "text", "text": "go"},)},
+            ),
+        },
+    )
+    b.turn_start(1)
+    b.add(
+        "agent/inbox/spliced",
+        {"target": "next-turn", "start": 0, "removed_count": 1, "inserted": ()},
+    )
+    b.step_start(1, 1)
+    b.system(1, 1, "")
+    b.user("m-1", "go")
+    b.assistant(1, 1, calls=[("c0", "t", {})])
+    call = b.tool_call(1, 1, "c0")
+    b.tool_result(1, 1, "c0", call)
+    b.step_end(1, 1)
+    b.step_start(1, 2)
+    b.assistant(
+        1, 2, "working", calls=[("c1", "t", {"a": 1}), ("c2", "t", {"b": 2}), ("c3", "t", {})]
+    )
+    b.tool_call(1, 2, "c1", args='{"a": 1}')
+    c2 = b.tool_call(1, 2, "c2", args='{"b": 2}')
+    b.tool_result(1, 2, "c2", c2)
+    # a follow-up queued while the turn ran survives the crash
+    b.add(
+        "agent/inbox/spliced",
+        {
+            "target": "next-turn",
+            "start": 0,
+            "removed_count": 0,
+            "inserted": (
+                {
+                    "role": "user",
+                    "id": "m-2",
+                    "content": ({"type": "text", "text": "after crash"},),
+                },
+            ),
+        },
+    )
+    return b
+
+
+async def store_with(events, sid="s1"):
+    store = MemoryStore()
+    handle = await store.create({**HEADER, "session_id": sid})
+    await handle.append(events)
+    await handle.flush()
+    await handle.close()
+    return store
+
+
+async def test_resume_repairs_an_interrupted_turn(autojump_clock):
+    log = crashed_log().events
+    store = await store_with(log)
+    model = ScriptedModel([Reply.text("continuing")])
+    async with runtime(model, store=store) as rt:
+        handle = await rt.agents.resume("s1", options=OPTIONS)
+        agent = handle.agent
+        await agent.wait_idle()
+        events = agent.session.events
+        n = len(log)
+        assert events[:n] == log
+        assert types(events[n : n + 7]) == [
+            "tool/result",  # c1: its tool/call is stored, the outcome is unknown
+            "tool/call",  # c3: never started, a synthetic call first
+            "tool/result",
+            "step/end",
+            "turn/end",
+            "session/end-seed",
+            "turn/start",  # the queued follow-up runs
+        ]
+        c1, c3_call, c3 = events[n], events[n + 1], events[n + 2]
+        assert c1.data["message"]["call_id"] == "c1"
+        assert c1.data["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+        assert c1.source_event_seqs == (
+            next(e.seq for e in log if e.type == "tool/call" and e.data["call_id"] == "c1"),
+        )
+        assert c3_call.data["call_id"] == "c3"
+        assert c3.data["error"]["code"] == "TOOL_NOT_STARTED"
+        assert c3.source_event_seqs == (c3_call.seq,)
+        assert plain(events[n + 3].data) == {"turn": 1, "step": 2}
+        assert plain(events[n + 4].data) == {"turn": 1, "reason": {"kind": "interrupted"}}
+        assert turn_ends(events) == [{"kind": "interrupted"}, {"kind": "completed"}]
+        assert [e.data["turn"] for e in events if e.type == "turn/start"] == [1, 2]
+        # the interrupted turn's messages reach the model, answered
+        roles = [m["role"] for m in model.requests[0].messages]
+        assert roles == ["user", "assistant", "tool", "assistant", "tool", "tool", "tool", "user"]
+        assert_well_formed(events)
+        await handle.dispose()
+        # repair is idempotent: a second resume adds only its seed marker
+        before = len(agent.session.events)
+        again = await rt.agents.resume("s1", options=OPTIONS)
+        added = again.agent.session.events[before:]
+        assert types(added) == ["session/end-seed"]
+        assert_well_formed(again.agent.session.events)
+
+
+async def test_resume_of_an_open_turn_without_a_step(autojump_clock):
+    b = LogBuilder()
+    b.seed_end()
+    b.turn_start(1)
+    store = await store_with(b.events)
+    async with runtime(store=store) as rt:
+        handle = await rt.agents.resume("s1", options=OPTIONS)
+        assert types(handle.agent.session.events) == [
+            "session/end-seed",
+            "turn/start",
+            "turn/end",
+            "session/end-seed",
+        ]
+        assert turn_ends(handle.agent.session.events) == [{"kind": "interrupted"}]
+
+
+async def test_an_invalid_persisted_splice_fails_the_resume_and_releases_it(autojump_clock):
+    b = LogBuilder()
+    b.seed_end()
+    b.add(
+        "agent/inbox/spliced",
+        {"target": "next-turn", "start": 3, "removed_count": 1, "inserted": ()},
+    )
+    store = await store_with(b.events)
+    async with runtime(store=store) as rt:
+        with pytest.raises(Exception, match="invalid persisted inbox splice at session seq 1"):
+            await rt.agents.resume("s1", options=OPTIONS)
+        assert rt.agents.get("main") is None
+        # ownership was released: the session can be opened for write again
+        handle = await store.open("s1", "write")
+        await handle.close()
+
+
+async def test_runtime_exit_flushes_and_releases_every_session(autojump_clock):
+    store = MemoryStore()
+    async with runtime(ScriptedModel([Reply.text("a")]), store=store) as rt:
+        handle = await rt.agents.create(session_id="s1", options=OPTIONS)
+        handle.agent.followup("go")
+        handle.agent.inject("left over")
+        await handle.agent.wait_idle()
+        expected = handle.agent.session.events
+    reader = await store.open("s1")
+    assert await reader.read() == expected
+    writer = await store.open("s1", "write")  # nobody owns it any more
+    await writer.close()
+    (info,) = await store.list()
+    assert plain(info.last_turn_end) == {"kind": "completed"}
+    assert info.event_count == len(expected)
+
+
+async def test_a_sub_agent_records_its_parent_session(autojump_clock):
+    async with runtime() as rt:
+        parent = await rt.agents.create(options=OPTIONS)
+        child = await rt.agents.with_initiator(parent.agent).create(
+            options=AgentOptions(id="child", provider="scripted", model="m")
+        )
+        assert child.agent.session.header["parent_session_id"] == parent.agent.session_id
+        assert child.agent.parent is parent.agent
+        # the view shares the registry
+        assert rt.agents.get("child") is child.agent
+        explicit = await rt.agents.create(
+            options=AgentOptions(id="child2", provider="scripted", model="m"),
+            parent_agent=child.agent,
+        )
+        assert explicit.agent.session.header["parent_session_id"] == child.agent.session_id

@@ -1,0 +1,234 @@
+"""The hook bus (SPEC §3): observers, waterfalls, serial hooks, disposers and scopes."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from dsh_agent_loop import HookBus, Reply
+from dsh_agent_loop.hooks import HookChain, HookScope
+
+from .agent.conftest import harness
+
+
+async def test_waterfall_runs_in_registration_order_around_the_default():
+    bus = HookBus()
+    trace = []
+
+    def layer(name):
+        async def fn(payload, next):
+            trace.append(f"{name} in")
+            result = await next([*payload, name])
+            trace.append(f"{name} out")
+            return result
+
+        return fn
+
+    bus.waterfall("h", layer("a"))
+    bus.waterfall("h", layer("b"))
+
+    async def default(payload):
+        trace.append("default")
+        return payload
+
+    result = await HookChain(bus).waterfall("h", [], default)
+    assert result == ["a", "b"]
+    assert trace == ["a in", "b in", "default", "b out", "a out"]
+
+
+async def test_a_listener_that_does_not_call_next_short_circuits():
+    bus = HookBus()
+    reached = []
+
+    async def stop(payload, next):
+        return "stopped"
+
+    async def later(payload, next):
+        reached.append("later")
+        return await next(payload)
+
+    bus.waterfall("h", stop)
+    bus.waterfall("h", later)
+
+    async def default(payload):
+        reached.append("default")
+        return "default"
+
+    assert await HookChain(bus).waterfall("h", None, default) == "stopped"
+    assert reached == []
+    # no listener at all: the default answers
+    assert await HookChain(bus).waterfall("other", None, default) == "default"
+
+
+async def test_runtime_listeners_run_before_scoped_ones():
+    runtime, scoped = HookBus(), HookBus()
+    trace = []
+
+    async def rt_fn(payload, next):
+        trace.append("runtime")
+        return await next(payload)
+
+    async def scoped_fn(payload, next):
+        trace.append("scoped")
+        return await next(payload)
+
+    scoped.waterfall("h", scoped_fn)
+    runtime.waterfall("h", rt_fn)
+
+    async def default(payload):
+        return payload
+
+    chain = HookChain(runtime, scoped)
+    await chain.waterfall("h", 1, default)
+    assert trace == ["runtime", "scoped"]
+
+    serial = []
+
+    async def s(name):
+        async def fn(payload):
+            await trio.lowlevel.checkpoint()
+            serial.append((name, payload))
+
+        return fn
+
+    scoped.serial("x", await s("scoped"))
+    runtime.serial("x", await s("runtime"))
+    await chain.serial("x", 7)
+    assert serial == [("runtime", 7), ("scoped", 7)]
+
+    seen = []
+    scoped.on("e", lambda e: seen.append(("scoped", e)))
+    runtime.on("e", lambda e: seen.append(("runtime", e)))
+    chain.emit("e", "ev")
+    assert seen == [("runtime", "ev"), ("scoped", "ev")]
+    assert chain.has("on", "e")
+    assert not chain.has("on", "nothing")
+
+
+def test_disposers_remove_exactly_their_registration():
+    bus = HookBus()
+    calls = []
+
+    def fn(event):
+        calls.append(event)
+
+    first = bus.on("e", fn)
+    second = bus.on("e", fn)  # the same function twice is two registrations
+    HookChain(bus).emit("e", 1)
+    assert calls == [1, 1]
+    first()
+    first()  # harmless twice
+    HookChain(bus).emit("e", 2)
+    assert calls == [1, 1, 2]
+    second()
+    assert not bus.has("on", "e")
+    HookChain(bus).emit("e", 3)
+    assert calls == [1, 1, 2]
+
+
+async def test_a_running_chain_keeps_the_listeners_it_started_with():
+    bus = HookBus()
+    trace = []
+    disposers = {}
+
+    async def a(payload, next):
+        trace.append("a")
+        disposers["b"]()  # removing b while the chain runs
+        bus.waterfall("h", c)  # adding c while the chain runs
+        return await next(payload)
+
+    async def b(payload, next):
+        trace.append("b")
+        return await next(payload)
+
+    async def c(payload, next):
+        trace.append("c")
+        return await next(payload)
+
+    bus.waterfall("h", a)
+    disposers["b"] = bus.waterfall("h", b)
+
+    async def default(payload):
+        return payload
+
+    await HookChain(bus).waterfall("h", None, default)
+    assert trace == ["a", "b"]
+    trace.clear()
+    await HookChain(bus).waterfall("h", None, default)
+    assert trace == ["a", "c"]
+
+
+def test_observer_exceptions_propagate():
+    bus = HookBus()
+
+    def boom(event):
+        raise RuntimeError("observer failed")
+
+    bus.on("e", boom)
+    with pytest.raises(RuntimeError, match="observer failed"):
+        HookChain(bus).emit("e", None)
+
+
+def test_a_scope_forgets_its_registrations_on_close():
+    bus = HookBus()
+    scope = HookScope(bus)
+    outside = bus.on("e", lambda e: None)
+    scope.on("e", lambda e: None)
+
+    async def mw(payload, next):
+        return await next(payload)
+
+    async def serial(payload):
+        pass
+
+    scope.waterfall("w", mw)
+    scope.serial("s", serial)
+    assert len(bus._fns("on", "e")) == 2
+    scope.close()
+    scope.close()
+    assert len(bus._fns("on", "e")) == 1
+    assert not bus.has("waterfall", "w")
+    assert not bus.has("serial", "s")
+    outside()
+    assert not bus.has("on", "e")
+
+
+def test_registering_through_a_closed_scope_fails_and_leaves_nothing_behind():
+    bus = HookBus()
+    scope = HookScope(bus)
+    scope.close()
+    with pytest.raises(RuntimeError):
+        scope.on("e", lambda e: None)
+    # the refused registration must not stay on the bus (nothing could ever dispose it)
+    assert not bus.has("on", "e")
+
+
+async def test_agent_scoped_hooks_apply_to_that_agent_only(autojump_clock):
+    seen = []
+
+    async def setup(scope, agent):
+        async def pre_step(payload, next):
+            seen.append(("scoped", payload["agent"].id))
+            return await next(payload)
+
+        scope.hooks.waterfall("agent/pre-step", pre_step)
+
+    async with harness([Reply.text("a"), Reply.text("b")], setup=setup) as h:
+
+        async def runtime_pre_step(payload, next):
+            seen.append(("runtime", payload["agent"].id))
+            return await next(payload)
+
+        dispose_runtime = h.rt.hooks.waterfall("agent/pre-step", runtime_pre_step)
+        other = await h.rt.agents.create(
+            options=type(h.agent.options)(id="other", provider="scripted", model="m")
+        )
+        await h.run("go")
+        other.agent.followup("go")
+        await other.agent.wait_idle()
+        assert seen == [("runtime", "main"), ("scoped", "main"), ("runtime", "other")]
+        assert h.agent.hooks.has("waterfall", "agent/pre-step")
+        await h.handle.dispose()
+        dispose_runtime()
+        assert not h.agent.hooks.has("waterfall", "agent/pre-step")
+        assert not other.agent.hooks.has("waterfall", "agent/pre-step")

@@ -1,0 +1,199 @@
+"""``invariants.check`` must bite: well-formed logs pass, each deliberately broken variant fails."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from dsh_agent_loop import Event, Reply, invariants, tool
+from dsh_agent_loop.invariants import check_messages
+
+from .agent.conftest import harness
+from .session.logs import LogBuilder, reseq
+
+
+@tool
+async def note(text: str) -> str:
+    return f"noted {text}"
+
+
+async def real_log():
+    """A real session: a text turn, a tool turn with two calls, a cancelled turn."""
+    replies = [
+        Reply.text("hello"),
+        Reply.tool_calls(("note", {"text": "a"}, "c1"), ("note", {"text": "b"}, "c2")),
+        Reply.text("done"),
+        Reply.hang(after_text="partial"),
+    ]
+    async with harness(replies, tools=[note]) as h:
+        await h.run("one")
+        await h.run("two")
+        h.agent.followup("three")
+        await trio.sleep(1)
+        h.agent.cancel()
+        await h.agent.wait_idle()
+        return h.events
+
+
+def kinds(events, **kwargs):
+    return sorted({v.kind for v in invariants.check(events, **kwargs)})
+
+
+def first(events, type_, **match):
+    for e in events:
+        if e.type == type_ and all(e.data.get(k) == v for k, v in match.items()):
+            return e
+    raise AssertionError(f"no {type_} {match}")
+
+
+def result_of(events, call_id):
+    return next(
+        e for e in events if e.type == "tool/result" and e.data["message"]["call_id"] == call_id
+    )
+
+
+async def test_a_real_log_is_well_formed(autojump_clock):
+    events = await real_log()
+    assert invariants.check(events) == []
+    assert invariants.check(events, allow_open_turn=False) == []
+
+
+async def test_dropping_a_tool_result_is_caught(autojump_clock):
+    events = await real_log()
+    broken = reseq([e for e in events if e is not result_of(events, "c2")])
+    violations = invariants.check(broken)
+    assert {v.kind for v in violations} >= {"tool-call"}
+    assert any("c2" in v.message and "tool/result" in v.message for v in violations)
+    # the next request would carry an unanswered call
+    assert "request" in kinds(broken)
+
+
+async def test_a_duplicated_seq_is_caught(autojump_clock):
+    events = await real_log()
+    broken = list(events)
+    broken[5] = broken[5].with_seq(4)
+    violations = invariants.check(broken)
+    assert [(v.kind, v.seq) for v in violations if v.kind == "seq"] == [("seq", 4)]
+    gap = list(events[:3]) + list(events[4:])
+    assert "seq" in kinds(gap)
+
+
+async def test_an_unknown_type_is_caught_unless_ignorable(autojump_clock):
+    events = await real_log()
+    unknown = Event("agent/mystery", len(events), 0.0, {})
+    assert kinds([*events, unknown]) == ["unknown-type"]
+    ignorable = Event("agent/mystery", len(events), 0.0, {}, ignorable=True)
+    assert invariants.check([*events, ignorable]) == []
+
+
+async def test_unbalanced_steps_are_caught(autojump_clock):
+    events = await real_log()
+    step_end = first(events, "step/end")
+    assert "step" in kinds(reseq([e for e in events if e is not step_end]))
+    step_start = first(events, "step/start")
+    assert "step" in kinds(reseq([e for e in events if e is not step_start]))
+    extra = Event("step/end", None, 0.0, {"turn": 1, "step": 1})
+    i = events.index(step_end)
+    assert "step" in kinds(reseq([*events[: i + 1], extra, *events[i + 1 :]]))
+
+
+async def test_a_result_citing_the_wrong_call_is_caught(autojump_clock):
+    events = await real_log()
+    c1_call = first(events, "tool/call", call_id="c1")
+    c2_result = result_of(events, "c2")
+    broken = [
+        Event(e.type, e.seq, e.time, e.data, source_event_seqs=(c1_call.seq,))
+        if e is c2_result
+        else e
+        for e in events
+    ]
+    violations = invariants.check(broken)
+    assert [(v.kind, v.seq) for v in violations] == [("tool-result", c2_result.seq)]
+    uncited = [Event(e.type, e.seq, e.time, e.data) if e is c2_result else e for e in events]
+    assert kinds(uncited) == ["tool-result"]
+
+
+async def test_missing_tool_call_and_duplicate_result_are_caught(autojump_clock):
+    events = await real_log()
+    call = first(events, "tool/call", call_id="c1")
+    without_call = reseq([e for e in events if e is not call])
+    assert "tool-call" in kinds(without_call) or "tool-result" in kinds(without_call)
+    result = result_of(events, "c1")
+    i = events.index(result)
+    duplicated = reseq([*events[: i + 1], result, *events[i + 1 :]])
+    assert any("second tool/result" in v.message for v in invariants.check(duplicated))
+
+
+async def test_turns_without_ends_are_caught(autojump_clock):
+    events = await real_log()
+    first_end = first(events, "turn/end")
+    assert "turn" in kinds(reseq([e for e in events if e is not first_end]))
+    # the last turn may be open in a live session, not in a closed one
+    assert events[-1].type == "turn/end"
+    open_tail = events[:-1]
+    assert "turn" not in kinds(open_tail)
+    assert "turn" in kinds(open_tail, allow_open_turn=False)
+    stray = Event("turn/end", len(events), 0.0, {"turn": 9, "reason": {"kind": "completed"}})
+    assert kinds([*events, stray]) == ["turn"]
+
+
+def test_surface_op_misuse_is_caught():
+    b = LogBuilder()
+    b.add("turn/start", {"turn": 1}, surface_op="append")
+    assert [v.kind for v in invariants.check(b.events)] == ["surface-op"]
+    b = LogBuilder()
+    b.user("m-1", "x")
+    b.add(
+        "user/message",
+        {"message": {"role": "user", "id": "m-2", "content": ()}},
+        surface_op={"op": "replace", "start_seq": 5, "end_seq": 5},
+    )
+    assert [v.kind for v in invariants.check(b.events)] == ["surface-op"]
+
+
+def test_a_user_message_between_a_call_and_its_result_breaks_the_request():
+    b = LogBuilder()
+    b.turn_start(1)
+    b.step_start(1, 1)
+    b.user("m-1", "go")
+    b.assistant(1, 1, calls=[("c1", "t", {})])
+    call = b.tool_call(1, 1, "c1")
+    b.user("m-2", "interloper")
+    b.tool_result(1, 1, "c1", call)
+    b.assistant(1, 1, "again")  # a request point sees the broken history
+    b.step_end(1, 1)
+    b.turn_end(1)
+    assert "request" in {v.kind for v in invariants.check(b.events)}
+
+
+@pytest.mark.parametrize(
+    ("messages", "problems"),
+    [
+        ([{"role": "user", "content": ()}], 0),
+        ([{"role": "tool", "call_id": "x", "content": ()}], 1),
+        (
+            [
+                {"role": "assistant", "content": ({"type": "tool-call", "call_id": "a"},)},
+                {"role": "tool", "call_id": "a", "content": ()},
+                {"role": "user", "content": ()},
+            ],
+            0,
+        ),
+        (
+            [
+                {"role": "assistant", "content": ({"type": "tool-call", "call_id": "a"},)},
+                {"role": "user", "content": ()},
+            ],
+            1,
+        ),
+    ],
+)
+def test_check_messages(messages, problems):
+    assert len(check_messages(messages)) == problems
+
+
+def test_violations_print_kind_and_seq():
+    b = LogBuilder()
+    b.add("step/end", {"turn": 1, "step": 1})
+    (v,) = invariants.check(b.events)
+    assert str(v) == "step: seq 0: step/end without an open step"
