@@ -30,6 +30,7 @@ from .hooks import HookBus
 from .llm.base import ModelAdapter
 from .llm.router import ModelRouter
 from .session.store import SessionStore
+from .session.writer import CommitTimer
 from .stores.memory import MemoryStore
 from .tools.base import Tool
 
@@ -83,8 +84,14 @@ class Runtime:
             clock=clock,
             rng=rng,
         )
+        self.commit_timer = CommitTimer()
+        """Commits what sessions left pending without a flush barrier (group commit)."""
         self.agents = Agents(
-            store=store, services=self._services, hooks=self.hooks, nursery=nursery
+            store=store,
+            services=self._services,
+            hooks=self.hooks,
+            nursery=nursery,
+            timer=self.commit_timer,
         )
 
     def add_tool(self, tool: Tool) -> Callable[[], None]:
@@ -251,6 +258,7 @@ async def open_runtime(
                 rng=random.Random(seed),
                 config=cfg,
             )
+            await nursery.start(rt.commit_timer.run)
             try:
                 await rt.start_declared_agents()
                 yield rt

@@ -40,7 +40,7 @@ from ..events import (
 from ..session.log import Session
 from ..session.repair import repair_events
 from ..session.store import FORMAT_VERSION, SessionStore, WriteHandle
-from ..session.writer import SessionWriter
+from ..session.writer import CommitTimer, SessionWriter
 from .driver import Agent, AgentScope, Services
 from .options import AgentOptions
 
@@ -128,12 +128,14 @@ class Agents:
         nursery: trio.Nursery,
         initiator: Agent | None = None,
         shared: dict[str, Any] | None = None,
+        timer: CommitTimer | None = None,
     ) -> None:
         self._store = store
         self._services = services
         self._hooks = hooks
         self._nursery = nursery
         self._initiator = initiator
+        self._timer = timer
         # The registries are shared with views made by with_initiator().
         self._shared = (
             shared if shared is not None else {"agents": {}, "sessions": {}, "reserved": set()}
@@ -156,6 +158,7 @@ class Agents:
             nursery=self._nursery,
             initiator=agent,
             shared=self._shared,
+            timer=self._timer,
         )
 
     def get(self, agent_id: str) -> Agent | None:
@@ -302,7 +305,11 @@ class Agents:
             )
             await handle.append(session.take_pending())  # the unstored suffix, not yet flushed
             writer = SessionWriter(
-                session, handle, durable_seq=durable_seq, on_commit=agent.on_commit
+                session,
+                handle,
+                durable_seq=durable_seq,
+                on_commit=agent.on_commit,
+                timer=self._timer,
             )
             agent.writer = writer
             entered = AgentHandle(self, agent, writer)

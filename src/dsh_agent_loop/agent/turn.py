@@ -93,13 +93,14 @@ class TurnState:
     tools: dict[str, Tool] = attrs.Factory(dict)
     schemas: tuple[FrozenDict, ...] = ()
     rendered: str = ""
+    budget: Any = None
 
 
 async def run_turn(agent: Agent, scope: trio.CancelScope) -> bool:
     """Run one turn; False when it ended ``aborted`` (pending work then waits for a wake)."""
     session = agent.log
-    st = TurnState(turn=session.state.turn + 1)
     budget = agent.options.turn_budget or agent.services.turn_budget()
+    st = TurnState(turn=session.state.turn + 1, budget=budget)
     if budget is not None and budget.max_seconds is not None:
         scope.deadline = trio.current_time() + budget.max_seconds
     session.add(TURN_START, FrozenDict(turn=st.turn))
@@ -230,7 +231,7 @@ def _frame(agent: Agent, st: TurnState, data: dict[str, Any]) -> None:
 # -- the turn -------------------------------------------------------------------------------------
 async def _turn_body(agent: Agent, st: TurnState, claimed: tuple[FrozenDict, ...]) -> FrozenDict:
     entering: tuple[Any, ...] = claimed
-    budget = agent.options.turn_budget or agent.services.turn_budget()
+    budget = st.budget
     while True:
         step = st.step + 1
         assembly = await _assemble(agent, st, step)
@@ -409,7 +410,7 @@ async def _run_tools(
 ) -> None:
     batch = _batch(agent, st, calls, tools)
     st.batch = batch
-    budget = agent.options.turn_budget or agent.services.turn_budget()
+    budget = st.budget
     if (
         budget is not None
         and budget.max_tool_calls is not None

@@ -7,10 +7,12 @@ events. Flush callers wait on the barrier; if the store fails, every waiting and
 raises the failure (the agent stops; nothing is reported durable that is not).
 
 Group commit: appended events wait for a flush barrier, a batch of ``batch_limit`` events, or
-``commit_delay`` seconds, whichever comes first, so a step's events share one commit and a
-crash loses at most the last ``commit_delay`` of unacknowledged events (acknowledged ones
-never). Arming that delay costs no task switch: the first pending event sets the deadline of
-the writer's idle cancel scope. The writer renews the handle's lease every ``lease_ttl / 3``.
+about ``commit_delay`` seconds, whichever comes first, so a step's events share one commit and a
+crash loses at most the last ``commit_delay`` or so of unacknowledged events (acknowledged ones
+never). The delay is kept by one ``CommitTimer`` actor per runtime, which sweeps the writers
+whose events have waited too long; so arming it costs an append nothing but a set insert (no
+deadline, no task switch), whatever the number of sessions. A writer whose handle holds a lease
+renews it every ``lease_ttl / 3``.
 Closing commits what is left, then closes the handle, shielded and bounded.
 """
 
@@ -28,7 +30,7 @@ from ..events import Event
 from .log import Session
 from .store import WriteHandle
 
-__all__ = ["SessionWriter", "WriterStatistics"]
+__all__ = ["CommitTimer", "SessionWriter", "WriterStatistics"]
 
 #: Seconds a shutdown may spend committing what is left before the handle drops it.
 CLOSE_TIMEOUT = 10.0
@@ -49,6 +51,42 @@ class WriterStatistics:
 
 
 @final
+class CommitTimer:
+    """Commits what writers left pending for ``commit_delay`` without a flush barrier.
+
+    One actor per runtime: writers with pending events register on their first append; every
+    ``commit_delay`` the timer asks the ones still dirty to commit. It parks while none are.
+    """
+
+    def __init__(self, commit_delay: float = COMMIT_DELAY) -> None:
+        self.commit_delay = commit_delay
+        self._dirty: dict[SessionWriter, None] = {}
+        self._lot = trio.lowlevel.ParkingLot()
+
+    def note(self, writer: SessionWriter) -> None:
+        """``writer`` has pending events (called on its first append after a commit)."""
+        if not self._dirty:
+            self._lot.unpark()
+        self._dirty[writer] = None
+
+    def forget(self, writer: SessionWriter) -> None:
+        """``writer`` committed (or closed)."""
+        self._dirty.pop(writer, None)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Sweep dirty writers every ``commit_delay`` seconds, forever (cancel to stop)."""
+        task_status.started()
+        while True:
+            while not self._dirty:
+                await self._lot.park()
+            marked = list(self._dirty)
+            await trio.sleep(self.commit_delay)
+            for writer in marked:
+                if writer in self._dirty:
+                    writer.request_commit()
+
+
+@final
 class SessionWriter:
     """Group-commits one session's appended events to its write handle."""
 
@@ -61,12 +99,14 @@ class SessionWriter:
         on_commit: Callable[[Sequence[Event]], None] | None = None,
         commit_delay: float = COMMIT_DELAY,
         batch_limit: int = BATCH_LIMIT,
+        timer: CommitTimer | None = None,
     ) -> None:
         self.session = session
         self.handle = handle
         self._on_commit = on_commit
         self._commit_delay = commit_delay
         self._batch_limit = batch_limit
+        self._timer = timer
         self._lot = trio.lowlevel.ParkingLot()
         self._dirty = False
         self._flush_requested = False
@@ -87,13 +127,20 @@ class SessionWriter:
         """Note that events are pending (``Session.on_append``); never switches tasks."""
         if not self._dirty:
             self._dirty = True
-            idle = self._idle_scope
-            if idle is not None:
-                due = trio.current_time() + self._commit_delay
-                if due < idle.deadline:
-                    idle.deadline = due
+            if self._timer is not None:
+                self._timer.note(self)
+            else:
+                idle = self._idle_scope
+                if idle is not None:
+                    due = trio.current_time() + self._commit_delay
+                    if due < idle.deadline:
+                        idle.deadline = due
         elif len(self.session._pending) >= self._batch_limit:
             self._request_flush()
+
+    def request_commit(self) -> None:
+        """Commit what is pending soon, without waiting for it (the commit timer's nudge)."""
+        self._request_flush()
 
     def _request_flush(self) -> None:
         self._dirty = True
@@ -148,6 +195,8 @@ class SessionWriter:
         next_renew = trio.current_time() + ttl / 3 if ttl is not None else math.inf
         task_status.started()
         try:
+            if ttl is None and self._timer is not None:
+                await self._run_untimed()
             while not self._closing:
                 with trio.CancelScope() as idle:
                     deadline = next_renew
@@ -167,8 +216,19 @@ class SessionWriter:
             self._idle_scope = None
             with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
                 await self._final_commit_and_close()
+            if self._timer is not None:
+                self._timer.forget(self)
             self._stopped.set()
             self._release_waiters()
+
+    async def _run_untimed(self) -> None:
+        # The common case: no lease to renew, and the runtime's timer keeps the commit delay.
+        lot = self._lot
+        while not self._closing:
+            while not (self._flush_requested or self._closing):
+                await lot.park()
+            if self._dirty and self._failure is None:
+                await self._commit()
 
     async def _renew(self) -> None:
         if self._failure is not None:
@@ -181,6 +241,8 @@ class SessionWriter:
     async def _commit(self) -> None:
         self._dirty = False
         self._flush_requested = False
+        if self._timer is not None:
+            self._timer.forget(self)
         batch = self.session.take_pending()
         if batch or self._handed_seq > self._committed_seq:
             try:
