@@ -15,7 +15,7 @@ and a message steered during the wind-down goes to ``next-turn``.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -24,7 +24,7 @@ import trio
 from trio_util import AsyncValue
 
 from .._frozen import FrozenDict
-from ..events import AGENT_STATUS, SESSION_EVENT, Event, make_event
+from ..events import AGENT_STATUS, SESSION_EVENT, SESSION_FLUSH, Event, make_event
 from ..hooks import HookBus, HookChain, HookScope
 from ..session.log import Session, SessionView
 from ..session.projections import NEXT_STEP, NEXT_TURN
@@ -259,8 +259,10 @@ class Agent:
                 self._subscribers.remove(sub)
         self.hooks.emit(event.type, event)
 
-    def on_commit(self, batch: Iterable[Event]) -> None:
+    def on_commit(self, batch: Sequence[Event]) -> None:
         """Called by the session writer after a commit: publish the committed events."""
+        if self.listening(SESSION_FLUSH) and batch:
+            self._notify(SESSION_FLUSH, {"session_id": self.session_id, "seq": batch[-1].seq})
         if not self._subscribers and not self.hooks.has("on", SESSION_EVENT):
             return
         for event in batch:

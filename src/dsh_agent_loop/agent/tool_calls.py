@@ -284,12 +284,14 @@ class ToolBatch:
         ):
             return await _call_handler(tool, arguments, context)
 
-        async def run_handler(payload: Any) -> Any:
-            try:
-                value = await tool.handler(payload["arguments"], context)
-            except Exception as exc:  # a raising tool is a result the model reads
-                return _Failed(exc)
-            return value if isinstance(value, ToolResult) else ToolResult(content=str(value))
+        failed: list[str] = []
+
+        async def run_handler(payload: Any) -> ToolResult:
+            # Middleware always sees a ToolResult; a raising handler is a TOOL_ERROR result.
+            result, error_name = await _call_handler(tool, payload["arguments"], context)
+            if error_name is not None:
+                failed.append(error_name)
+            return result
 
         payload = {
             "agent": self._agent,
@@ -303,11 +305,6 @@ class ToolBatch:
             value = await self._hooks.waterfall(HOOK_TOOLS_EXECUTE, payload, run_handler)
         else:
             value = await run_handler(payload)
-        if isinstance(value, _Failed):
-            exc = value.exc
-            return ToolResult(f"Error: {type(exc).__name__}: {exc}", error="TOOL_ERROR"), type(
-                exc
-            ).__name__
         if isinstance(value, str):
             value = ToolResult(content=value)
         if not isinstance(value, ToolResult):
@@ -322,7 +319,8 @@ class ToolBatch:
             )
             if not isinstance(value, ToolResult):
                 raise TypeError("tools/post-execute must return a ToolResult")
-        return value, None
+        error_name = failed[-1] if failed and value.error == "TOOL_ERROR" else None
+        return value, error_name
 
     # -- commits ----------------------------------------------------------------------------
     def _commit_ready(self) -> None:
@@ -378,12 +376,6 @@ class ToolBatch:
         """True when every call has a committed result."""
         return self._head == len(self._calls)
 
-
-class _Failed:
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: Exception) -> None:
-        self.exc = exc
 
 
 async def _call_handler(

@@ -234,15 +234,19 @@ async def _turn_body(agent: Agent, st: TurnState, claimed: tuple[FrozenDict, ...
     budget = st.budget
     while True:
         step = st.step + 1
+        st.pending_users = _normalise_users(agent, entering)  # kept if a hook below fails
+        st.users_admitted = False
         assembly = await _assemble(agent, st, step)
         context_message = await _collect_context(agent, st, step)
         if budget is not None:
             await _check_step_budget(agent, st, budget)
         decision = await _pre_step(agent, st, step, entering)
         if decision.kind == "reject":
+            st.pending_users = ()  # consumed: a rejected turn admits nothing
             return FrozenDict(kind="blocked")
         users = _normalise_users(agent, decision.messages)
         if step == 1 and not users:
+            st.pending_users = ()
             return FrozenDict(kind="completed")
         st.pending_users = ((context_message,) if context_message is not None else ()) + users
         st.users_admitted = False
