@@ -1,0 +1,370 @@
+"""The ``dsh-agent`` application: argument parsing, verb dispatch, and error reporting.
+
+``--store``, ``--config`` and ``--debug`` belong to every verb and may stand anywhere after it,
+before or after its positionals (``sessions --store X list`` and ``sessions list --store X``
+alike). They are declared on each parser level with ``default=SUPPRESS``: argparse copies a
+sub-parser's namespace over its parent's, and a suppressed default is simply absent, so a value
+given at an outer level is never reset by an inner one.
+
+Every error reaches the user as one line on stderr (a ``ConfigError`` verbatim), with exit 2
+for bad usage, bad config or an unknown session, and 1 for anything else; ``--debug`` adds the
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+import trio
+from rich.console import Console
+
+from .. import __version__
+from ..config import load_config
+from ..errors import ConfigError
+from ._setup import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    CliError,
+    config_path,
+    load_cli_config,
+    load_user_settings,
+    make_store,
+    store_url,
+)
+
+__all__ = ["build_parser", "main"]
+
+PROG = "dsh-agent"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one stderr line and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("common options")
+    group.add_argument(
+        "--store",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help="session store: memory:, sqlite:///PATH, jsonl:///DIR or postgresql://... "
+        "(default: the config's store, else sqlite:///sessions.db)",
+    )
+    group.add_argument(
+        "--config", metavar="PATH", default=argparse.SUPPRESS, help="config file (YAML)"
+    )
+    group.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show tracebacks of errors",
+    )
+    return common
+
+
+def _add_run(verbs: Any, common: argparse.ArgumentParser) -> None:
+    run = verbs.add_parser(
+        "run",
+        parents=[common],
+        help="prompt the declared agents once and stream their output",
+        description="Send a prompt to every declared agent (or the one named), stream their "
+        "output, and print a one-line-per-event summary of each session log.",
+    )
+    run.add_argument("config_path", metavar="CONFIG", nargs="?", help="config file (YAML)")
+    run.add_argument("--prompt", "-p", metavar="TEXT", help="the prompt (default: stdin)")
+    run.add_argument("--agent", metavar="ID", help="prompt only this declared agent")
+    run.add_argument("--quiet", "-q", action="store_true", help="no session summary")
+    run.set_defaults(handler=_run_verb)
+
+
+def _add_chat(verbs: Any, common: argparse.ArgumentParser) -> None:
+    chat = verbs.add_parser(
+        "chat",
+        parents=[common],
+        help="talk to an agent interactively",
+        description="Interactive session. Ctrl-C cancels the running turn (what was shown "
+        "stays in the log); Ctrl-C when idle exits. Commands: /new, /resume ID, /exit.",
+    )
+    chat.add_argument("config_path", metavar="CONFIG", nargs="?", help="config file (YAML)")
+    chat.add_argument("--agent", metavar="ID", help="the declared agent to talk to")
+    chat.set_defaults(handler=_chat_verb)
+
+
+def _add_sessions(verbs: Any, common: argparse.ArgumentParser) -> None:
+    sessions = verbs.add_parser(
+        "sessions", parents=[common], help="list, show, check or export stored sessions"
+    )
+    which = sessions.add_subparsers(
+        dest="sessions_verb", metavar="ACTION", required=True, parser_class=_Parser
+    )
+    listing = which.add_parser("list", parents=[common], help="one row per stored session")
+    listing.set_defaults(handler=_sessions_verb)
+    for name, text in (
+        ("show", "print a session's events, one line each"),
+        ("check", "check a session log's invariants (exit 1 on violations)"),
+        ("export", "write a session in the JSONL store format"),
+    ):
+        action = which.add_parser(name, parents=[common], help=text)
+        action.add_argument("session_id", metavar="ID", help="session id")
+        if name == "export":
+            action.add_argument(
+                "-o", "--output", metavar="FILE", help="output file (default: stdout)"
+            )
+        action.set_defaults(handler=_sessions_verb)
+
+
+def _add_simulate(verbs: Any, common: argparse.ArgumentParser) -> None:
+    sim = verbs.add_parser(
+        "simulate",
+        parents=[common],
+        help="run many agents against a seeded scripted model",
+    )
+    sim.add_argument("--agents", type=_positive_int, required=True, metavar="N")
+    sim.add_argument("--turns", type=_positive_int, default=1, metavar="N")
+    sim.add_argument(
+        "--tools",
+        type=_non_negative_int,
+        default=1,
+        metavar="N",
+        help="tool-call steps per turn before the text reply",
+    )
+    sim.add_argument(
+        "--latency-ms",
+        type=_non_negative_float,
+        default=0.0,
+        metavar="MS",
+        help="model latency per streamed chunk",
+    )
+    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
+    sim.set_defaults(handler=_simulate_verb)
+
+
+def _add_bench(verbs: Any, common: argparse.ArgumentParser) -> None:
+    bench = verbs.add_parser("bench", parents=[common], help="run the benchmarks")
+    bench.add_argument("--quick", action="store_true", help="smaller workloads")
+    bench.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    bench.set_defaults(handler=_bench_verb)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``dsh-agent`` argument parser."""
+    common = _common()
+    parser = _Parser(
+        prog=PROG,
+        parents=[common],
+        description="dsh-agent-loop: run, chat with, simulate and inspect agent sessions.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True, parser_class=_Parser)
+    for add in (_add_run, _add_chat, _add_sessions, _add_simulate, _add_bench):
+        add(verbs, common)
+    return parser
+
+
+# -- verbs ------------------------------------------------------------------------------------
+
+
+def _consoles() -> tuple[Console, Console]:
+    return Console(highlight=False), Console(stderr=True, highlight=False)
+
+
+def _run_verb(args: argparse.Namespace) -> int:
+    from ._run import read_prompt, run_agents, select_agents
+
+    path = config_path(args.config_path, getattr(args, "config", None))
+    if path is None:
+        raise CliError("run: CONFIG is required (dsh-agent run CONFIG --prompt TEXT)")
+    settings = load_user_settings()
+    config = load_config(path)
+    agent_ids = select_agents(config, args.agent)
+    prompt = read_prompt(args.prompt)
+    url = store_url(getattr(args, "store", None), config)
+    store = make_store(url)
+    console, errors = _consoles()
+    return trio.run(
+        lambda: run_agents(
+            config,
+            store,
+            settings,
+            agent_ids=agent_ids,
+            prompt=prompt,
+            quiet=args.quiet,
+            console=console,
+            errors=errors,
+        )
+    )
+
+
+def _chat_verb(args: argparse.Namespace) -> int:
+    from ._chat import chat, echo_config
+    from ._run import select_agents
+
+    path = config_path(args.config_path, getattr(args, "config", None))
+    settings = load_user_settings()
+    config = load_cli_config(path)
+    providers = None
+    if config is None:
+        config, providers = echo_config()
+    if args.agent is not None or not config.agents:
+        select_agents(config, args.agent)
+    url = store_url(getattr(args, "store", None), config)
+    store = make_store(url)
+    console, errors = _consoles()
+    return trio.run(
+        lambda: chat(
+            config,
+            store,
+            url,
+            settings,
+            agent_id=args.agent,
+            providers=providers,
+            console=console,
+            errors=errors,
+        )
+    )
+
+
+def _sessions_verb(args: argparse.Namespace) -> int:
+    from . import _sessions
+
+    config = load_cli_config(getattr(args, "config", None))
+    url = store_url(getattr(args, "store", None), config)
+    store = make_store(url)
+    console, _ = _consoles()
+    verb = args.sessions_verb
+    if verb == "list":
+        return _sessions.list_sessions(store, url, console, tty=sys.stdout.isatty())
+    if verb == "show":
+        return _sessions.show_session(store, url, args.session_id, console)
+    if verb == "check":
+        return _sessions.check_session(store, url, args.session_id, console)
+    return _sessions.export_session(store, url, args.session_id, args.output)
+
+
+def _simulate_verb(args: argparse.Namespace) -> int:
+    from ._simulate import (
+        SimOptions,
+        exit_code,
+        print_summary,
+        run_simulation,
+        write_json,
+    )
+
+    settings = load_user_settings()
+    config = load_cli_config(getattr(args, "config", None))
+    url = store_url(getattr(args, "store", None), config)
+    store = make_store(url)
+    options = SimOptions(
+        agents=args.agents,
+        turns=args.turns,
+        tools=args.tools,
+        latency_ms=args.latency_ms,
+        seed=args.seed,
+    )
+    console, _ = _consoles()
+    summary = trio.run(lambda: run_simulation(options, store, url, settings, console))
+    print_summary(summary, console)
+    if args.json is not None:
+        write_json(summary, args.json)
+    return exit_code(summary)
+
+
+def _bench_verb(args: argparse.Namespace) -> int:
+    from ._bench import bench
+
+    load_cli_config(getattr(args, "config", None))
+    console, _ = _consoles()
+    return bench(args.quick, args.json, console)
+
+
+# -- entry point ------------------------------------------------------------------------------
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    if isinstance(error, CliError | ConfigError):
+        return text
+    name = type(error).__name__
+    return f"{PROG}: error: {name}: {text}" if text else f"{PROG}: error: {name}"
+
+
+def _report(error: BaseException, debug: bool) -> int:
+    leaves = _leaves(error)
+    if any(isinstance(leaf, KeyboardInterrupt) for leaf in leaves):
+        return 130
+    first = leaves[0]
+    if debug:
+        traceback.print_exception(error)
+    line = _one_line(first)
+    if len(leaves) > 1:
+        line += f" (and {len(leaves) - 1} more errors; --debug shows them)"
+    print(line, file=sys.stderr)
+    if isinstance(first, CliError):
+        return first.code
+    if isinstance(first, ConfigError):
+        return EXIT_USAGE
+    return EXIT_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``dsh-agent`` with ``argv`` (default: the process arguments); returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    debug = bool(getattr(args, "debug", False))
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # the reader went away (``| head``): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAILED
+    except (Exception, BaseExceptionGroup) as error:  # every failure is one line unless --debug
+        return _report(error, debug)

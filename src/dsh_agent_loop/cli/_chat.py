@@ -1,0 +1,236 @@
+"""``dsh-agent chat``: an interactive session with one agent.
+
+SIGINT is received inside trio (``trio.open_signal_receiver``), never as a KeyboardInterrupt
+racing the runtime: while a turn runs, Ctrl-C cancels it (``cause="user"``; the delivered text
+stays in the log as an interrupted anchor); a Ctrl-C while idle, or two within
+``DOUBLE_PRESS`` seconds, exits. Lines are read from standard input in a worker thread that is
+abandoned on exit. ``/new`` disposes the agent and creates it again on a new session,
+``/resume ID`` moves it to a stored session, ``/exit`` (or end of input) leaves.
+
+Without a config the agent talks to an offline echo model, so the REPL can be tried anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import sys
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Final
+
+import trio
+from rich.console import Console
+from rich.text import Text
+
+from ..agent.lifecycle import AgentHandle
+from ..config import PLUGIN_NAME, RuntimeConfig, load_config
+from ..errors import AgentLoopError
+from ..events import TURN_END
+from ..llm.base import ModelAdapter, ModelRequest
+from ..llm.scripted import Reply, ScriptedModel
+from ..runtime import Runtime, open_runtime
+from ..session.store import SessionStore
+from ._render import StreamRenderer, message_text, reason_text
+from ._run import failed_turns, report_start_failures
+from ._setup import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+
+__all__ = ["DOUBLE_PRESS", "PROMPT", "chat", "echo_config"]
+
+#: Two Ctrl-C within this many seconds exit even while a turn winds down.
+DOUBLE_PRESS: Final = 1.0
+#: The input prompt.
+PROMPT: Final = "you> "
+ECHO_PROVIDER: Final = "echo"
+HELP: Final = (
+    "/new  start a new session · /resume ID  continue a stored session · /session  show the "
+    "session id · /exit  leave · Ctrl-C cancels a running turn; Ctrl-C when idle exits"
+)
+
+
+def _echo(request: ModelRequest) -> Reply:
+    for message in reversed(request.messages):
+        if message.get("role") == "user":
+            return Reply.text(f"(echo) {message_text(message)}")
+    return Reply.text("(echo)")
+
+
+def echo_config() -> tuple[RuntimeConfig, dict[str, ModelAdapter]]:
+    """The config used without CONFIG: one agent ``main`` on an offline echo model."""
+    model = ScriptedModel([_echo], loop=True, latency=0.02)
+    raw = {
+        "plugins": [
+            {
+                "name": PLUGIN_NAME,
+                "config": {"agents": [{"id": "main", "provider": ECHO_PROVIDER, "model": "echo"}]},
+            }
+        ]
+    }
+    return load_config(raw, known_providers=[ECHO_PROVIDER]), {ECHO_PROVIDER: model}
+
+
+class _Chat:
+    """The REPL state: the current agent handle and whether a turn is running."""
+
+    def __init__(
+        self, rt: Runtime, handle: AgentHandle, url: str, console: Console, errors: Console
+    ) -> None:
+        self.rt = rt
+        self.handle = handle
+        self.url = url
+        self.console = console
+        self.errors = errors
+        self.renderer = StreamRenderer(console, prefix=False, errors=errors)
+        self.busy = False
+        self.failed = False
+        self.last_interrupt = -math.inf
+        self.echoed = sys.stdin.isatty()
+
+    def say(self, text: str, style: str = "dim") -> None:
+        self.renderer.end_line()
+        self.console.print(Text(text, style=style), soft_wrap=True)
+
+    def complain(self, text: str) -> None:
+        self.renderer.end_line()
+        self.errors.print(Text(text, style="red"), soft_wrap=True)
+
+    # -- input and signals -------------------------------------------------------------------
+    async def read_line(self) -> str | None:
+        """The next input line, or None at end of input."""
+        self.renderer.end_line()
+        self.console.print(Text(PROMPT, style="bold green"), end="", soft_wrap=True)
+        self.console.file.flush()
+        line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+        if line and not self.echoed:
+            # A terminal echoes what is typed; piped input is shown so transcripts read well.
+            self.console.print(Text(line.rstrip("\n")), soft_wrap=True)
+        return line if line else None
+
+    async def watch_interrupts(self, signals: AsyncIterator[int], leave: trio.CancelScope) -> None:
+        async for _ in signals:
+            now = trio.current_time()
+            twice = now - self.last_interrupt < DOUBLE_PRESS
+            self.last_interrupt = now
+            if self.busy and not twice:
+                self.handle.agent.cancel(cause="user")
+                self.say("^C cancelling the turn (Ctrl-C again to exit)", "yellow")
+            else:
+                self.say("^C bye")
+                leave.cancel()
+                return
+
+    # -- turns and commands ------------------------------------------------------------------
+    async def turn(self, text: str) -> None:
+        agent = self.handle.agent
+        start = len(agent.session)
+        self.busy = True
+        try:
+            agent.followup(text)
+            await agent.wait_idle()
+        finally:
+            self.busy = False
+        self.renderer.end_line()
+        events = agent.session.events
+        if failed_turns(events, start):
+            self.failed = True
+        for event in events[start:]:
+            reason = event.data.get("reason") if event.type == TURN_END else None
+            if reason is not None and reason.get("kind") == "aborted":
+                self.say(f"turn {reason_text(reason)}: what was shown is kept in the session")
+
+    async def command(self, text: str) -> bool:
+        """Run a ``/command``; False means leave."""
+        name, _, rest = text.partition(" ")
+        argument = rest.strip()
+        if name in ("/exit", "/quit"):
+            return False
+        if name == "/new":
+            await self.replace(None)
+        elif name == "/resume":
+            if not argument:
+                self.complain("usage: /resume SESSION_ID")
+            else:
+                await self.replace(argument)
+        elif name == "/session":
+            self.say(f"session {self.handle.session_id}")
+        elif name == "/help":
+            self.say(HELP)
+        else:
+            self.complain(f"unknown command {name} ({HELP})")
+        return True
+
+    async def replace(self, session_id: str | None) -> None:
+        """Dispose the agent and bring it back on a new (None) or a stored session."""
+        options = self.handle.agent.options
+        if session_id is not None:
+            if session_id == self.handle.session_id:
+                self.say(f"already in session {session_id}")
+                return
+            try:
+                found = await self.rt.store.stat(session_id)
+            except AgentLoopError as exc:
+                self.complain(f"cannot resume {session_id}: {exc}")
+                return
+            if found is None:
+                self.complain(f"session '{session_id}' not found in {self.url}")
+                return
+        await self.handle.dispose()
+        if session_id is not None:
+            try:
+                self.handle = await self.rt.agents.resume(session_id, options=options)
+            except AgentLoopError as exc:
+                self.complain(f"cannot resume {session_id}: {exc}")
+            else:
+                count = len(self.handle.agent.session)
+                self.say(f"resumed session {session_id} ({count} events)")
+                return
+        self.handle = await self.rt.agents.create(options=options)
+        self.say(f"new session {self.handle.session_id}")
+
+    async def repl(self) -> None:
+        agent = self.handle.agent
+        self.say(f"{agent.id} on session {agent.session_id} — /help for commands")
+        while True:
+            line = await self.read_line()
+            if line is None:
+                self.console.print()
+                return
+            text = line.strip()
+            if not text:
+                continue
+            if text.startswith("/"):
+                if not await self.command(text):
+                    return
+                continue
+            await self.turn(text)
+
+
+async def chat(
+    config: RuntimeConfig,
+    store: SessionStore,
+    url: str,
+    settings: Mapping[str, Any],
+    *,
+    agent_id: str | None,
+    providers: Mapping[str, ModelAdapter] | None,
+    console: Console,
+    errors: Console,
+) -> int:
+    """Run the REPL on ``agent_id`` (default: the first declared agent); the exit code."""
+    async with open_runtime(config, store=store, settings=settings, providers=providers) as rt:
+        report_start_failures(rt, errors)
+        wanted = agent_id or (config.agents[0].id if config.agents else None)
+        handle = rt.agents.handle(wanted) if wanted is not None else None
+        if handle is None:
+            return EXIT_USAGE
+        session = _Chat(rt, handle, url, console, errors)
+        disposers = session.renderer.attach(rt.hooks)
+        try:
+            with trio.open_signal_receiver(signal.SIGINT) as signals:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(session.watch_interrupts, signals, nursery.cancel_scope)
+                    await session.repl()
+                    nursery.cancel_scope.cancel()
+        finally:
+            for dispose in disposers:
+                dispose()
+        return EXIT_FAILED if session.failed else EXIT_OK

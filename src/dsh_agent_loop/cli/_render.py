@@ -1,0 +1,400 @@
+"""Terminal rendering: live assistant streams and tool results, and one-line event summaries.
+
+The live view is driven by runtime observers (``agent/assistant-stream`` frames and the
+``tools/result`` notification), which fire synchronously in the order the driver produces
+them, so a tool result is never shown before the call that caused it. Text is written as it
+streams; reasoning is dimmed; tool calls and results are compact panels. With several agents
+every line is prefixed by the agent id, so output is line-buffered per agent and block.
+
+Model text is printed as ``rich.text.Text``, never as markup, so ``[brackets]`` in a reply
+stay literal.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.text import Text
+
+from ..events import (
+    AGENT_ERROR,
+    ASSISTANT_ATTEMPT,
+    ASSISTANT_MESSAGE,
+    ASSISTANT_STREAM,
+    HOOK_TOOLS_RESULT,
+    INBOX_SPLICED,
+    REQUEST_CONTEXT,
+    REQUEST_HEADER,
+    SESSION_END_SEED,
+    STEP_END,
+    STEP_START,
+    SYSTEM_MESSAGE,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    USER_MESSAGE,
+    Event,
+)
+from ..hooks import Disposer, HookBus
+from ..llm.base import BlockEnd, BlockStart, Finish, ReasoningDelta, TextDelta, ToolCallDelta
+
+__all__ = [
+    "StreamRenderer",
+    "describe",
+    "event_line",
+    "message_text",
+    "reason_text",
+    "snippet",
+]
+
+#: Lines of a tool result shown in its panel.
+RESULT_LINES: Final = 6
+#: Characters of a detail shown on one summary line.
+SNIPPET: Final = 72
+
+
+def snippet(text: str, limit: int = SNIPPET) -> str:
+    """``text`` on one line, cut to ``limit`` characters with an ellipsis."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def message_text(message: Mapping[str, Any], kinds: Sequence[str] = ("text",)) -> str:
+    """The concatenated text of a message's blocks of the given kinds."""
+    parts = []
+    for block in message.get("content", ()) or ():
+        if isinstance(block, Mapping) and block.get("type") in kinds:
+            parts.append(str(block.get("text", "")))
+    return "".join(parts)
+
+
+def reason_text(reason: Mapping[str, Any] | None) -> str:
+    """A turn-end reason in short form: ``completed``, ``aborted:user``, ``error:CODE``."""
+    if reason is None:
+        return "-"
+    kind = str(reason.get("kind", "?"))
+    if kind == "aborted":
+        return f"aborted:{reason.get('cause', '?')}"
+    if kind == "error":
+        error = reason.get("error") or {}
+        return f"error:{error.get('code', '?')}"
+    return kind
+
+
+def _quoted(text: str) -> str:
+    return json.dumps(snippet(text), ensure_ascii=False)
+
+
+def _assistant(data: Mapping[str, Any]) -> str:
+    message = data.get("message") or {}
+    parts = []
+    reasoning = message_text(message, ("reasoning",))
+    if reasoning:
+        parts.append(f"reasoning {len(reasoning)} chars")
+    text = message_text(message)
+    if text:
+        parts.append(_quoted(text))
+    calls = [
+        str(b.get("name"))
+        for b in message.get("content", ()) or ()
+        if isinstance(b, Mapping) and b.get("type") == "tool-call"
+    ]
+    if calls:
+        parts.append("calls " + ", ".join(calls))
+    if not parts:
+        parts.append("(empty)")
+    stream = data.get("stream") or {}
+    if stream.get("finish") not in (None, "stop", "tool-calls"):
+        parts.append(f"finish {stream.get('finish')}")
+    if data.get("interrupted"):
+        parts.append("INTERRUPTED")
+    return "  ".join(parts)
+
+
+def _tool_result(data: Mapping[str, Any]) -> str:
+    message = data.get("message") or {}
+    name = message.get("name", "?")
+    blocks = [b for b in message.get("content", ()) or () if isinstance(b, Mapping)]
+    text = "".join(str(b.get("text", "")) for b in blocks)
+    error = data.get("error")
+    if error:
+        return f"{name}  {error.get('code', '?')}: {_quoted(text)}"
+    return f"{name}  {_quoted(text)}"
+
+
+def _splice(data: Mapping[str, Any]) -> str:
+    inserted = data.get("inserted") or ()
+    parts = [str(data.get("target", "?"))]
+    if inserted:
+        texts = [message_text(m) for m in inserted if isinstance(m, Mapping)]
+        parts.append(f"+{len(inserted)} {_quoted(' | '.join(texts))}")
+    removed = data.get("removed_count", 0)
+    if removed:
+        parts.append(f"-{removed}" + (" canceled" if data.get("outcome") else " claimed"))
+    return "  ".join(parts)
+
+
+def _where(event: Event) -> str:
+    data = event.data
+    where = f"turn {data.get('turn')}"
+    return where if event.type == TURN_START else f"{where} step {data.get('step')}"
+
+
+def _turn_end(event: Event) -> str:
+    return f"turn {event.data.get('turn')}  {reason_text(event.data.get('reason'))}"
+
+
+def _user(event: Event) -> str:
+    message = event.data.get("message") or {}
+    source = message.get("source")
+    return _quoted(message_text(message)) + (f"  ({source})" if source else "")
+
+
+def _system(event: Event) -> str:
+    text = message_text(event.data.get("message") or {})
+    detail = _quoted(text) if text else "(empty)"
+    op = event.surface_op
+    if isinstance(op, Mapping):
+        detail += f"  replaces {op.get('start_seq')}..{op.get('end_seq')}"
+    return detail
+
+
+def _attempt(event: Event) -> str:
+    failure = event.data.get("failure") or {}
+    return f"{failure.get('code', 'no failure')}: {snippet(str(failure.get('message', '')))}"
+
+
+def _call(event: Event) -> str:
+    return f"{event.data.get('name')} {snippet(str(event.data.get('arguments', '')))}"
+
+
+def _header(event: Event) -> str:
+    header = event.data.get("header") or {}
+    config = header.get("config") or {}
+    tools = header.get("tools") or ()
+    route = f"{config.get('provider')}/{config.get('model')}"
+    return f"{event.data.get('reason')}  {route}  {len(tools)} tools"
+
+
+_DESCRIBE: Final[Mapping[str, Callable[[Event], str]]] = {
+    TURN_START: _where,
+    STEP_START: _where,
+    STEP_END: _where,
+    TURN_END: _turn_end,
+    USER_MESSAGE: _user,
+    SYSTEM_MESSAGE: _system,
+    ASSISTANT_MESSAGE: lambda e: _assistant(e.data),
+    ASSISTANT_ATTEMPT: _attempt,
+    TOOL_CALL: _call,
+    TOOL_RESULT: lambda e: _tool_result(e.data),
+    INBOX_SPLICED: lambda e: _splice(e.data),
+    REQUEST_HEADER: _header,
+    REQUEST_CONTEXT: lambda e: f"{e.data.get('provider')}/{e.data.get('model')}",
+    SESSION_END_SEED: lambda e: "inherited" if e.data.get("inherited") else "",
+}
+
+
+def describe(event: Event) -> str:
+    """A short detail for ``event``: what a person scanning the log wants to see."""
+    fn = _DESCRIBE.get(event.type)
+    if fn is not None:
+        return fn(event)
+    return snippet(json.dumps(dict(event.data), ensure_ascii=False, default=str))
+
+
+def event_line(event: Event) -> str:
+    """``seq  type  detail`` on one line."""
+    seq = "-" if event.seq is None else str(event.seq)
+    return f"{seq:>5}  {event.type:<20}  {describe(event)}".rstrip()
+
+
+class _Block:
+    """One streaming block of one agent's attempt."""
+
+    __slots__ = ("arguments", "kind", "line", "name")
+
+    def __init__(self, kind: str, name: str | None) -> None:
+        self.kind = kind
+        self.name = name
+        self.arguments: list[str] = []
+        self.line = ""
+
+
+class StreamRenderer:
+    """Shows agents' live output on ``console``; attach it with ``attach(hooks)``.
+
+    Args:
+        console: Where output goes.
+        prefix: Prefix every line with the agent id (several agents stream at once).
+        errors: Where ``agent/error`` notifications go (default: ``console``).
+    """
+
+    def __init__(self, console: Console, *, prefix: bool, errors: Console | None = None) -> None:
+        self.console = console
+        self.errors = errors or console
+        self.prefix = prefix
+        self._blocks: dict[tuple[str, int], _Block] = {}
+        self._mid_line = False
+        self.failures: list[str] = []
+        """Observer failures (rendering must never raise into an agent's driver)."""
+
+    def attach(self, hooks: HookBus) -> list[Disposer]:
+        """Register the observers on ``hooks``; returns their disposers."""
+        return [
+            hooks.on(ASSISTANT_STREAM, self._guard(self.on_stream)),
+            hooks.on(HOOK_TOOLS_RESULT, self._guard(self.on_tool_result)),
+            hooks.on(AGENT_ERROR, self._guard(self.on_error)),
+        ]
+
+    def _guard(self, fn: Any) -> Any:
+        def observer(event: Event) -> None:
+            try:
+                fn(event)
+            # An observer's exception would end the agent's turn; rich turns a closed stdout
+            # (``| head``) into SystemExit after pointing stdout at /dev/null.
+            except (Exception, SystemExit) as exc:
+                self.failures.append(f"{type(exc).__name__}: {exc}")
+
+        return observer
+
+    # -- output helpers ----------------------------------------------------------------------
+    def _label(self, agent_id: str) -> Text:
+        return Text(f"{agent_id} │ ", style="bold blue") if self.prefix else Text()
+
+    def end_line(self) -> None:
+        """Finish a partly written line (before a panel, a prompt or a summary)."""
+        if self._mid_line:
+            self.console.print()
+            self._mid_line = False
+
+    def _write(self, agent_id: str, block: _Block, text: str) -> None:
+        style = "dim italic" if block.kind == "reasoning" else ""
+        if not self.prefix:
+            self.console.print(Text(text, style=style), end="", soft_wrap=True)
+            self._mid_line = not text.endswith("\n")
+            return
+        block.line += text
+        *lines, block.line = block.line.split("\n")
+        for line in lines:
+            self.console.print(self._label(agent_id) + Text(line, style=style), soft_wrap=True)
+
+    def _flush(self, agent_id: str, block: _Block) -> None:
+        if self.prefix:
+            if block.line:
+                style = "dim italic" if block.kind == "reasoning" else ""
+                self.console.print(
+                    self._label(agent_id) + Text(block.line, style=style), soft_wrap=True
+                )
+                block.line = ""
+        else:
+            self.end_line()
+
+    # -- observers ---------------------------------------------------------------------------
+    def on_stream(self, event: Event) -> None:
+        """An ``agent/assistant-stream`` frame."""
+        data = event.data
+        agent_id = str(data.get("agent_id", "?"))
+        frame = data.get("frame")
+        if frame == "chunk":
+            self._chunk(agent_id, data.get("chunk"))
+        elif frame == "end":
+            for key in [k for k in self._blocks if k[0] == agent_id]:
+                self._flush(agent_id, self._blocks.pop(key))
+
+    def _chunk(self, agent_id: str, chunk: Any) -> None:
+        if isinstance(chunk, BlockStart):
+            self._blocks[agent_id, chunk.index] = _Block(chunk.kind, chunk.name)
+        elif isinstance(chunk, TextDelta | ReasoningDelta):
+            block = self._blocks.setdefault(
+                (agent_id, chunk.index),
+                _Block("reasoning" if isinstance(chunk, ReasoningDelta) else "text", None),
+            )
+            self._write(agent_id, block, chunk.text)
+        elif isinstance(chunk, ToolCallDelta):
+            block = self._blocks.setdefault((agent_id, chunk.index), _Block("tool-call", None))
+            block.arguments.append(chunk.arguments)
+        elif isinstance(chunk, BlockEnd):
+            ended = self._blocks.pop((agent_id, chunk.index), None)
+            if ended is None:
+                return
+            if ended.kind == "tool-call":
+                self._tool_call(agent_id, ended)
+            else:
+                self._flush(agent_id, ended)
+        elif isinstance(chunk, Finish) and chunk.reason == "error" and chunk.failure is not None:
+            self.end_line()
+            failure = chunk.failure
+            self.console.print(
+                self._label(agent_id)
+                + Text(f"attempt failed: {failure.code}: {failure.message}", style="red dim"),
+                soft_wrap=True,
+            )
+
+    def _tool_call(self, agent_id: str, block: _Block) -> None:
+        self.end_line()
+        raw = "".join(block.arguments)
+        try:
+            shown = json.dumps(json.loads(raw), ensure_ascii=False) if raw else "{}"
+        except ValueError:
+            shown = raw
+        title = f"{agent_id} · " if self.prefix else ""
+        self.console.print(
+            Panel(
+                Text(snippet(shown, 400)),
+                title=Text(f"{title}tool call: {block.name}", style="bold cyan"),
+                title_align="left",
+                border_style="cyan",
+                expand=False,
+            )
+        )
+
+    def on_tool_result(self, event: Event) -> None:
+        """A ``tools/result`` notification (its ``event`` is the stored ``tool/result``)."""
+        data = event.data
+        stored = data.get("event")
+        if not isinstance(stored, Event):
+            return
+        agent = data.get("agent")
+        agent_id = str(getattr(agent, "id", "?"))
+        message = stored.data.get("message") or {}
+        text = "".join(
+            str(b.get("text", ""))
+            for b in message.get("content", ()) or ()
+            if isinstance(b, Mapping)
+        )
+        lines = text.splitlines() or [""]
+        if len(lines) > RESULT_LINES:
+            lines = [*lines[:RESULT_LINES], f"… ({len(lines) - RESULT_LINES} more lines)"]
+        error = stored.data.get("error")
+        style = "red" if error else "green"
+        status = f" ({error.get('code')})" if error else ""
+        title = f"{agent_id} · " if self.prefix else ""
+        self.end_line()
+        self.console.print(
+            Panel(
+                Text("\n".join(snippet(line, 160) for line in lines)),
+                title=Text(f"{title}result: {message.get('name', '?')}{status}", style=style),
+                title_align="left",
+                border_style=style,
+                expand=False,
+            )
+        )
+
+    def on_error(self, event: Event) -> None:
+        """An ``agent/error`` notification: the turn failed."""
+        data = event.data
+        error = data.get("error") or {}
+        self.end_line()
+        self.errors.print(
+            Text(
+                f"{data.get('agent_id', '?')}: turn {data.get('turn')} failed: "
+                f"{error.get('code', '?')}: {error.get('message', '')}",
+                style="bold red",
+            ),
+            soft_wrap=True,
+        )

@@ -1,0 +1,178 @@
+"""``dsh-agent run``: prompt the declared agents once, stream their output, summarise the logs.
+
+The prompt goes to every declared agent (or the one named) at once; the verb returns when all
+are idle, that is when every turn's ``turn/end`` is stored. The exit code looks only at turns
+that ended in this process: the turns run for the prompt, and a turn that crash repair closed
+when the session was resumed (``interrupted``). A first Ctrl-C cancels the running turns (what
+was shown stays in the log); a second one stops waiting.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import trio
+from rich.console import Console
+from rich.text import Text
+
+from ..agent.driver import Agent
+from ..config import RuntimeConfig
+from ..events import SESSION_END_SEED, TURN_END, Event
+from ..runtime import Runtime, open_runtime
+from ..session.store import SessionStore
+from ._render import StreamRenderer, event_line
+from ._setup import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
+
+__all__ = [
+    "attach_index",
+    "failed_turns",
+    "read_prompt",
+    "report_start_failures",
+    "run_agents",
+    "select_agents",
+]
+
+#: Turn-end kinds that make the exit code 1 (``aborted`` and ``blocked`` do not count).
+FAILED_KINDS = frozenset({"error", "interrupted"})
+
+
+def read_prompt(prompt: str | None) -> str:
+    """``--prompt``, else standard input when it is not a terminal.
+
+    Raises:
+        CliError: no prompt (exit 2).
+    """
+    if prompt is not None:
+        return prompt
+    if sys.stdin is None or sys.stdin.isatty():
+        raise CliError("--prompt is required (or pipe the prompt on standard input)")
+    text = sys.stdin.read().strip()
+    if not text:
+        raise CliError("--prompt is required (standard input was empty)")
+    return text
+
+
+def select_agents(config: RuntimeConfig, agent_id: str | None) -> list[str]:
+    """The declared agent ids the prompt goes to.
+
+    Raises:
+        CliError: no agent is declared, or ``agent_id`` is not one of them (exit 2).
+    """
+    declared = [entry.id for entry in config.agents]
+    if not declared:
+        raise CliError(f"{config.source}: declares no agents (plugins[0].config.agents)")
+    if agent_id is None:
+        return declared
+    if agent_id not in declared:
+        raise CliError(f"{config.source}: no agent {agent_id!r} (declared: {', '.join(declared)})")
+    return [agent_id]
+
+
+def attach_index(events: Sequence[Event]) -> int:
+    """Index of the first event this process wrote: its seed end, or the repair before it."""
+    for index in range(len(events) - 1, -1, -1):
+        if events[index].type == SESSION_END_SEED:
+            before = events[index - 1] if index > 0 else None
+            if before is not None and before.type == TURN_END:
+                reason = before.data.get("reason") or {}
+                if reason.get("kind") == "interrupted":
+                    return index - 1
+            return index
+    return 0
+
+
+def failed_turns(events: Sequence[Event], start: int) -> list[Mapping[str, Any]]:
+    """The ``turn/end`` reasons from ``start`` on that count as failures."""
+    out = []
+    for event in events[start:]:
+        if event.type == TURN_END:
+            reason = event.data.get("reason") or {}
+            if reason.get("kind") in FAILED_KINDS:
+                out.append(reason)
+    return out
+
+
+def report_start_failures(rt: Runtime, errors: Console) -> None:
+    """One stderr line per declared agent that failed to start."""
+    for failure in rt.start_failures:
+        message = " ".join(str(failure.error).split())
+        errors.print(f"agent {failure.agent_id!r} failed to start: {message}", soft_wrap=True)
+
+
+async def _watch_interrupts(
+    agents: Sequence[Agent],
+    waiting: trio.CancelScope,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    with trio.open_signal_receiver(signal.SIGINT) as signals:
+        task_status.started()
+        count = 0
+        async for _ in signals:
+            count += 1
+            if count == 1:
+                for agent in agents:
+                    agent.cancel(cause="user")
+            else:
+                waiting.cancel()
+                return
+
+
+async def run_agents(
+    config: RuntimeConfig,
+    store: SessionStore,
+    settings: Mapping[str, Any],
+    *,
+    agent_ids: Sequence[str],
+    prompt: str,
+    quiet: bool,
+    console: Console,
+    errors: Console,
+) -> int:
+    """Open the runtime, prompt the agents, stream, wait for idle, summarise; the exit code."""
+    async with open_runtime(config, store=store, settings=settings) as rt:
+        report_start_failures(rt, errors)
+        live = {agent.id: agent for agent in rt.agents.list()}
+        agents = [live[i] for i in agent_ids if i in live]
+        if not agents:
+            return EXIT_USAGE
+        renderer = StreamRenderer(console, prefix=len(agents) > 1, errors=errors)
+        disposers = renderer.attach(rt.hooks)
+        starts = {agent.id: attach_index(agent.session.events) for agent in agents}
+        finished = True
+        async with trio.open_nursery() as nursery:
+            waiting = trio.CancelScope()
+            await nursery.start(_watch_interrupts, agents, waiting)
+            with waiting:
+                for agent in agents:
+                    agent.followup(prompt)
+                for agent in agents:
+                    await agent.wait_idle()
+            finished = not waiting.cancelled_caught
+            nursery.cancel_scope.cancel()
+        for dispose in disposers:
+            dispose()
+        renderer.end_line()
+        code = EXIT_OK if finished else EXIT_FAILED
+        for agent in agents:
+            events = agent.session.events
+            if not quiet:
+                _summary(console, agent, events)
+            for reason in failed_turns(events, starts[agent.id]):
+                code = EXIT_FAILED
+                errors.print(f"{agent.id}: a turn ended {reason.get('kind')}", soft_wrap=True)
+        if rt.start_failures:
+            code = max(code, EXIT_USAGE)
+        return code
+
+
+def _summary(console: Console, agent: Agent, events: Sequence[Event]) -> None:
+    console.print()
+    console.print(
+        Text(f"session {agent.session_id}  ({len(events)} events)", style="bold"), soft_wrap=True
+    )
+    for event in events:
+        console.print(event_line(event), soft_wrap=True, markup=False, highlight=False)

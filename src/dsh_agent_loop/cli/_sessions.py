@@ -1,0 +1,176 @@
+"""``dsh-agent sessions list | show | check | export``: read stored sessions.
+
+These verbs only read. A SQLite file or JSONL directory that does not exist is an empty store
+(it is not created). ``list`` puts the full session id first on every row and never wraps or
+cuts a line, whatever the terminal width; piped, it prints plain tab-separated lines.
+``export`` writes the JsonlStore file format: the header as one JSON line, then one event per
+line, so the output can be dropped into a JSONL store directory as ``<session_id>.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from typing import IO, Any
+
+import trio
+from rich.console import Console
+from rich.text import Text
+
+from .. import invariants
+from ..errors import SessionNotFoundError, StoreError
+from ..events import Event, event_to_json
+from ..session.store import SessionInfo, SessionStore
+from ._render import event_line, reason_text
+from ._setup import EXIT_FAILED, EXIT_OK, CliError, missing_local_store
+
+__all__ = ["check_session", "export_session", "list_sessions", "show_session"]
+
+
+def _not_found(session_id: str, url: str) -> CliError:
+    return CliError(f"session '{session_id}' not found in {url}")
+
+
+async def _infos(store: SessionStore) -> list[SessionInfo]:
+    try:
+        return await store.list()
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
+
+
+async def _read(
+    store: SessionStore, session_id: str, url: str
+) -> tuple[Mapping[str, Any], list[Event]]:
+    try:
+        try:
+            handle = await store.open(session_id, "read")
+        except SessionNotFoundError:
+            raise _not_found(session_id, url) from None
+        try:
+            return handle.header, await handle.read()
+        finally:
+            await handle.close()
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
+
+
+def _load(store: SessionStore, session_id: str, url: str) -> tuple[Mapping[str, Any], list[Event]]:
+    if missing_local_store(url):
+        raise _not_found(session_id, url)
+    return trio.run(_read, store, session_id, url)
+
+
+def _rows(infos: Sequence[SessionInfo]) -> list[tuple[str, str, str, str, str]]:
+    ordered = sorted(infos, key=lambda i: (i.created_at, i.session_id))
+    return [
+        (i.session_id, i.agent_id, str(i.event_count), reason_text(i.last_turn_end), i.created_at)
+        for i in ordered
+    ]
+
+
+def list_sessions(store: SessionStore, url: str, console: Console, *, tty: bool) -> int:
+    """Print one row per stored session."""
+    infos = [] if missing_local_store(url) else trio.run(_infos, store)
+    rows = _rows(infos)
+    if not tty:
+        out = sys.stdout
+        for row in rows:
+            out.write("\t".join(row[:4]) + "\n")
+        out.flush()
+        return EXIT_OK
+    if not rows:
+        console.print(Text(f"no sessions in {url}", style="dim"), soft_wrap=True)
+        return EXIT_OK
+    header = ("SESSION", "AGENT", "EVENTS", "LAST TURN END", "CREATED")
+    widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
+    styles = ("bold", "cyan", "", "", "dim")
+    console.print(
+        Text("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(), "dim"),
+        soft_wrap=True,
+    )
+    for row in rows:
+        line = Text()
+        for index, (cell, width, style) in enumerate(zip(row, widths, styles, strict=True)):
+            if index:
+                line.append("  ")
+            line.append(cell.ljust(width) if index < len(row) - 1 else cell, style=style)
+        # soft_wrap: rich neither wraps nor crops the line; the id is always whole.
+        console.print(line, soft_wrap=True)
+    return EXIT_OK
+
+
+def show_session(store: SessionStore, url: str, session_id: str, console: Console) -> int:
+    """Print the session's events, one line each."""
+    header, events = _load(store, session_id, url)
+    console.print(
+        Text(
+            f"session {session_id}  agent {header.get('agent_id', '?')}  "
+            f"created {header.get('created_at', '?')}  {len(events)} events",
+            style="bold",
+        ),
+        soft_wrap=True,
+    )
+    for event in events:
+        console.print(event_line(event), soft_wrap=True, markup=False, highlight=False)
+    return EXIT_OK
+
+
+def check_session(store: SessionStore, url: str, session_id: str, console: Console) -> int:
+    """Run ``invariants.check`` on the stored log; exit 1 when it finds violations."""
+    try:
+        _, events = _load(store, session_id, url)
+    except StoreError as exc:
+        console.print(f"session '{session_id}' is unreadable: {exc}", soft_wrap=True, markup=False)
+        return EXIT_FAILED
+    violations = invariants.check(events)
+    if not violations:
+        console.print(
+            f"session {session_id}: {len(events)} events, no violations",
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
+        )
+        return EXIT_OK
+    for violation in violations:
+        console.print(str(violation), soft_wrap=True, markup=False, highlight=False)
+    count = len(violations)
+    console.print(
+        f"session {session_id}: {len(events)} events, {count} violation{'s' * (count != 1)}",
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
+    )
+    return EXIT_FAILED
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, tuple | list):
+        return list(value)
+    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
+
+
+def export_session(store: SessionStore, url: str, session_id: str, output: str | None) -> int:
+    """Write the header line and one JSON event per line to ``output`` (stdout when None)."""
+    header, events = _load(store, session_id, url)
+    head = json.dumps(header, ensure_ascii=False, separators=(",", ":"), default=_json_default)
+    lines = [head, *(event_to_json(event) for event in events)]
+    if output is None or output == "-":
+        _write(sys.stdout, lines)
+        return EXIT_OK
+    try:
+        with open(output, "w", encoding="utf-8") as f:
+            _write(f, lines)
+    except OSError as exc:
+        raise CliError(f"cannot write {output}: {exc.strerror or exc}", EXIT_FAILED) from None
+    return EXIT_OK
+
+
+def _write(out: IO[str], lines: Sequence[str]) -> None:
+    for line in lines:
+        out.write(line + "\n")
+    out.flush()

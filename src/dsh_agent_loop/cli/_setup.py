@@ -1,0 +1,120 @@
+"""What every verb resolves before it runs: config, user settings, store URL, and CLI errors.
+
+Order matters: the config and the settings file are loaded and validated first, and the store
+is only built (never opened) afterwards, so a bad config exits 2 without creating
+``sessions.db``. Errors meant for the user are ``CliError``s carrying their exit code; the
+application prints their message as one line, verbatim.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from ..config import RuntimeConfig, load_config, load_settings_file
+from ..session.store import SessionStore
+from ..stores.url import store_from_url
+
+__all__ = [
+    "DEFAULT_STORE",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "CliError",
+    "config_path",
+    "load_cli_config",
+    "load_user_settings",
+    "make_store",
+    "missing_local_store",
+    "settings_path",
+    "store_url",
+]
+
+#: The store the CLI uses when neither ``--store`` nor the config names one.
+DEFAULT_STORE: Final = "sqlite:///sessions.db"
+
+EXIT_OK: Final = 0
+#: A turn ended ``error`` or ``interrupted``, ``check`` found violations, or a runtime failure.
+EXIT_FAILED: Final = 1
+#: Bad usage, bad config, or an unknown session.
+EXIT_USAGE: Final = 2
+
+
+class CliError(Exception):
+    """An error shown to the user as one line (its message, verbatim) with an exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def settings_path(environ: Mapping[str, str] = os.environ) -> Path:
+    """``$XDG_CONFIG_HOME/dsh-agent/settings.yaml`` (``~/.config`` when unset or relative)."""
+    base = environ.get("XDG_CONFIG_HOME", "")
+    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".config"
+    return root / "dsh-agent" / "settings.yaml"
+
+
+def load_user_settings() -> Mapping[str, Any]:
+    """Load the user settings file (an empty mapping when absent).
+
+    Raises:
+        ConfigError: the file is unreadable or invalid.
+    """
+    return load_settings_file(settings_path())
+
+
+def config_path(positional: str | None, option: str | None) -> str | None:
+    """The config file named by the ``CONFIG`` positional or ``--config`` (not both).
+
+    Raises:
+        CliError: both name different files.
+    """
+    if positional is not None and option is not None and positional != option:
+        raise CliError(f"give the config once: CONFIG {positional!r} or --config {option!r}")
+    return positional if positional is not None else option
+
+
+def load_cli_config(path: str | None) -> RuntimeConfig | None:
+    """Load and validate the config file at ``path`` (None: no config).
+
+    Raises:
+        ConfigError: ``FILE: key.path: message``.
+    """
+    return None if path is None else load_config(path)
+
+
+def store_url(option: str | None, config: RuntimeConfig | None) -> str:
+    """``--store``, else the config's store, else ``sqlite:///sessions.db``."""
+    if option is not None:
+        return option
+    if config is not None and config.store is not None:
+        return config.store
+    return DEFAULT_STORE
+
+
+def make_store(url: str) -> SessionStore:
+    """Build (not open) the store ``url`` names.
+
+    Raises:
+        CliError: the URL is malformed or needs a missing extra (exit 2).
+    """
+    try:
+        return store_from_url(url)
+    except (ValueError, ImportError) as exc:
+        raise CliError(f"--store: {exc}") from None
+
+
+def missing_local_store(url: str) -> bool:
+    """True when ``url`` names a SQLite file or JSONL directory that does not exist yet.
+
+    Read-only verbs treat such a store as empty instead of creating it.
+    """
+    for scheme in ("sqlite", "jsonl"):
+        prefix = f"{scheme}:///"
+        if url.startswith(prefix) and url[len(prefix) :]:
+            return not os.path.exists(url[len(prefix) :])
+    return False

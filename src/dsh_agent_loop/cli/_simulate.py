@@ -1,0 +1,381 @@
+"""``dsh-agent simulate``: many agents against a seeded scripted model, on a real store.
+
+Agents ``sim-0 … sim-<N-1>`` are created one after another on default session ids, then every
+agent is given all its prompts at once (one queued prompt per turn) and the verb waits until
+all are idle. Each turn is ``--tools`` steps that call the built-in ``sim_tool`` and a final
+text step. Replies are a pure function of ``(seed, prompt, step)``, never of scheduling, so a
+seeded run repeats everything but session ids and times. The progress bar counts turns as they
+reach ``agent/turn-stopping`` (a completed turn, just before its ``turn/end``).
+
+When every agent is idle the resident memory is sampled (agents still alive); after the
+runtime has closed, every session is read back from the store and checked with
+``invariants.check``. Step latency is ``step/end.time - step/start.time`` from the stored log.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import random
+import resource
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Final
+
+import attrs
+import trio
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from .. import invariants
+from ..agent.options import AgentOptions
+from ..events import HOOK_TURN_STOPPING, STEP_END, STEP_START, TURN_END, Event
+from ..llm.base import ModelRequest
+from ..llm.scripted import Reply, ScriptedModel
+from ..runtime import open_runtime
+from ..session.store import SessionStore
+from ..tools.base import tool
+from ._render import message_text
+from ._setup import EXIT_FAILED, EXIT_OK
+
+__all__ = ["SimOptions", "SimScript", "SimSummary", "run_simulation", "sim_tool"]
+
+#: Provider name of the simulated model.
+SIM_PROVIDER: Final = "sim"
+#: Words a simulated text reply draws from.
+_VOCABULARY: Final = ("append", "cancel", "commit", "event", "flush", "inbox", "turn", "step")
+#: Words in a simulated text reply.
+REPLY_WORDS: Final = 8
+#: Young-generation GC threshold while the simulation runs (see ``_fewer_collections``).
+GC_THRESHOLD: Final = 50_000
+#: Seconds between progress redraws.
+REFRESH_INTERVAL: Final = 0.1
+
+
+@tool
+async def sim_tool(n: int = 0) -> str:
+    """Simulation tool: answer ``ok <n>`` at once."""
+    return f"ok {n}"
+
+
+@attrs.frozen
+class SimOptions:
+    """What ``simulate`` was asked for."""
+
+    agents: int
+    turns: int = 1
+    tools: int = 1
+    latency_ms: float = 0.0
+    seed: int = 0
+
+
+class SimScript:
+    """Seeded replies: ``tools`` tool-call steps per turn, then a text reply."""
+
+    def __init__(self, seed: int, tools: int) -> None:
+        self.seed = seed
+        self.tools = tools
+
+    def reply(self, request: ModelRequest) -> Reply:
+        """The reply to ``request``, decided by the turn's prompt and the step within it."""
+        step = 0
+        prompt = ""
+        for message in reversed(request.messages):
+            role = message.get("role")
+            if role == "assistant":
+                step += 1
+            elif role == "user":
+                prompt = message_text(message)
+                break
+        rng = random.Random(f"{self.seed}|{prompt}|{step}")
+        if step < self.tools:
+            return Reply.tool_calls((sim_tool.name, {"n": rng.randrange(1000)}))
+        return Reply.text(" ".join(rng.choice(_VOCABULARY) for _ in range(REPLY_WORDS)))
+
+
+@attrs.frozen
+class SimSummary:
+    """The figures ``simulate`` reports (also its ``--json`` record)."""
+
+    store: str
+    agents: int
+    turns_total: int
+    turns_completed: int
+    turn_ends: Mapping[str, int]
+    events: int
+    steps: int
+    wall_s: float
+    """Seconds from prompting every agent to all of them idle."""
+    create_s: float
+    """Seconds spent creating the agents (before prompting)."""
+    steps_per_s: float
+    step_p50_ms: float
+    step_p99_ms: float
+    mb_per_agent: float
+    """Resident memory growth per live agent."""
+    violations: int
+    violation_samples: tuple[str, ...]
+    seed: int
+    tools: int
+    latency_ms: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON record."""
+        return attrs.asdict(self, recurse=True)
+
+    @property
+    def ok(self) -> bool:
+        """Every turn completed and no invariant was violated."""
+        return self.violations == 0 and self.turns_completed == self.turns_total
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:  # not Linux: the peak is the best available figure
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
+
+
+def _percentile(ordered: Sequence[float], fraction: float) -> float:
+    if not ordered:
+        return 0.0
+    index = min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))
+    return ordered[index]
+
+
+@attrs.define
+class _Tally:
+    """What reading the stored sessions back found."""
+
+    events: int = 0
+    steps: int = 0
+    violations: int = 0
+    samples: list[str] = attrs.field(factory=list)
+    step_times: list[float] = attrs.field(factory=list)
+    turn_ends: dict[str, int] = attrs.field(factory=dict)
+
+    def add(self, session_id: str, events: Sequence[Event]) -> None:
+        self.events += len(events)
+        started: float | None = None
+        for event in events:
+            if event.type == STEP_START:
+                started = event.time
+            elif event.type == STEP_END:
+                self.steps += 1
+                if started is not None:
+                    self.step_times.append(event.time - started)
+                started = None
+            elif event.type == TURN_END:
+                kind = str((event.data.get("reason") or {}).get("kind", "?"))
+                self.turn_ends[kind] = self.turn_ends.get(kind, 0) + 1
+        found = invariants.check(events)
+        self.violations += len(found)
+        for violation in found[: max(0, 5 - len(self.samples))]:
+            self.samples.append(f"{session_id}: {violation}")
+
+
+@contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """Raise the young-generation GC threshold for the run, then restore it.
+
+    A simulation keeps hundreds of thousands of small, long-lived frozen events alive; with the
+    default threshold the collector keeps rescanning them, and full collections end up taking
+    about half of the run's CPU. Fewer young collections leave the measured loop to itself.
+    """
+    old = gc.get_threshold()
+    gc.set_threshold(max(old[0], GC_THRESHOLD), *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
+async def _refresh(progress: Progress) -> None:
+    while True:
+        progress.refresh()
+        await trio.sleep(REFRESH_INTERVAL)
+
+
+async def _read_back(
+    store: SessionStore, session_ids: Sequence[str], progress: Progress, task: TaskID
+) -> _Tally:
+    tally = _Tally()
+    try:
+        for session_id in session_ids:
+            handle = await store.open(session_id, "read")
+            try:
+                tally.add(session_id, await handle.read())
+            finally:
+                await handle.close()
+            progress.advance(task)
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
+    return tally
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description:<16}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        auto_refresh=False,  # redrawn by a trio task: no refresh thread
+    )
+
+
+@attrs.define
+class _Run:
+    """What the live part of the run measured."""
+
+    session_ids: list[str]
+    create_s: float
+    wall_s: float
+    mb_per_agent: float
+
+
+async def _run_agents(
+    options: SimOptions,
+    store: SessionStore,
+    settings: Mapping[str, Any],
+    progress: Progress,
+    tasks: tuple[TaskID, TaskID],
+) -> _Run:
+    creating, running = tasks
+    model = ScriptedModel(
+        [SimScript(options.seed, options.tools).reply],
+        loop=True,
+        latency=options.latency_ms / 1000.0,
+    )
+
+    async def on_turn_stopping(payload: object) -> None:
+        progress.advance(running)
+
+    gc.collect()
+    rss_before = _rss_bytes()
+    async with open_runtime(
+        store=store,
+        providers={SIM_PROVIDER: model},
+        tools=[sim_tool],
+        settings=settings,
+        seed=options.seed,
+    ) as rt:
+        rt.hooks.serial(HOOK_TURN_STOPPING, on_turn_stopping)
+        started = time.perf_counter()
+        handles = []
+        for n in range(options.agents):
+            agent_options = AgentOptions(id=f"sim-{n}", provider=SIM_PROVIDER, model="sim")
+            handles.append(await rt.agents.create(options=agent_options))
+            progress.advance(creating)
+        create_s = time.perf_counter() - started
+        started = time.perf_counter()
+        for n, handle in enumerate(handles):
+            for turn in range(1, options.turns + 1):
+                handle.agent.followup(f"sim-{n} turn {turn}")
+        for handle in handles:
+            await handle.agent.wait_idle()
+        wall_s = time.perf_counter() - started
+        gc.collect()
+        mb_per_agent = (_rss_bytes() - rss_before) / options.agents / 1e6
+        return _Run([h.session_id for h in handles], create_s, wall_s, mb_per_agent)
+
+
+async def run_simulation(
+    options: SimOptions,
+    store: SessionStore,
+    url: str,
+    settings: Mapping[str, Any],
+    console: Console,
+) -> SimSummary:
+    """Run the simulation, then read every session back; returns the summary."""
+    progress = _progress(console)
+    creating = progress.add_task("creating agents", total=options.agents)
+    running = progress.add_task("turns", total=options.agents * options.turns)
+    checking = progress.add_task("checking logs", total=options.agents)
+    with progress, _fewer_collections():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_refresh, progress)
+            run = await _run_agents(options, store, settings, progress, (creating, running))
+            tally = await _read_back(store, run.session_ids, progress, checking)
+            progress.refresh()
+            nursery.cancel_scope.cancel()
+    ordered = sorted(tally.step_times)
+    return SimSummary(
+        store=url,
+        agents=options.agents,
+        turns_total=options.agents * options.turns,
+        turns_completed=tally.turn_ends.get("completed", 0),
+        turn_ends=dict(sorted(tally.turn_ends.items())),
+        events=tally.events,
+        steps=tally.steps,
+        wall_s=run.wall_s,
+        create_s=run.create_s,
+        steps_per_s=tally.steps / run.wall_s if run.wall_s > 0 else 0.0,
+        step_p50_ms=_percentile(ordered, 0.50) * 1000,
+        step_p99_ms=_percentile(ordered, 0.99) * 1000,
+        mb_per_agent=run.mb_per_agent,
+        violations=tally.violations,
+        violation_samples=tuple(tally.samples),
+        seed=options.seed,
+        tools=options.tools,
+        latency_ms=options.latency_ms,
+    )
+
+
+def print_summary(summary: SimSummary, console: Console) -> None:
+    """The summary table, then any violation samples and unfinished turns."""
+    table = Table(title=f"simulate on {summary.store}", title_justify="left")
+    table.add_column("", style="bold", no_wrap=True)
+    table.add_column("", justify="right", overflow="fold")
+    table.show_header = False
+    rows = (
+        ("agents", f"{summary.agents:,}"),
+        ("turns completed", f"{summary.turns_completed:,} / {summary.turns_total:,}"),
+        ("events", f"{summary.events:,}"),
+        ("steps", f"{summary.steps:,} in {summary.wall_s:.2f} s"),
+        ("steps/s", f"{summary.steps_per_s:,.0f}"),
+        ("step latency p50", f"{summary.step_p50_ms:.1f} ms"),
+        ("step latency p99", f"{summary.step_p99_ms:.1f} ms"),
+        ("RSS per live agent", f"{summary.mb_per_agent:.3f} MB"),
+        ("violations", str(summary.violations)),
+    )
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+    console.print(
+        f"agents created in {summary.create_s:.2f} s; seed {summary.seed}, "
+        f"{summary.tools} tool steps per turn, {summary.latency_ms:g} ms per chunk",
+        soft_wrap=True,
+        highlight=False,
+    )
+    for sample in summary.violation_samples:
+        console.print(f"violation: {sample}", soft_wrap=True, markup=False, highlight=False)
+    if summary.turns_completed != summary.turns_total:
+        ends = ", ".join(f"{kind} {count}" for kind, count in summary.turn_ends.items())
+        console.print(f"not every turn completed: {ends}", soft_wrap=True, markup=False)
+
+
+def exit_code(summary: SimSummary) -> int:
+    """1 only on invariant violations (SPEC §17); turns that did not complete are reported."""
+    return EXIT_FAILED if summary.violations else EXIT_OK
+
+
+def write_json(summary: SimSummary, path: str) -> None:
+    """Write the summary as JSON to ``path``."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(summary.to_json(), f, indent=2)
+        f.write("\n")

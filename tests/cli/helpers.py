@@ -1,0 +1,127 @@
+"""Run ``dsh-agent`` as a user would: in a subprocess, in a temporary directory, or on a pty."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = REPO / "examples" / "quickstart.yaml"
+COMMAND = [sys.executable, "-m", "dsh_agent_loop.cli"]
+
+
+def environment(cwd: Path, **extra: str) -> dict[str, str]:
+    """The process environment: a private settings dir, no colour, a fixed width."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+    env.update(XDG_CONFIG_HOME=str(cwd / ".xdg"), COLUMNS="100", PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+def cli(
+    *args: str, cwd: Path, stdin: str | None = None, timeout: float = 60, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``dsh-agent ARGS`` in ``cwd`` with piped output; ``stdin`` text or nothing."""
+    return subprocess.run(
+        [*COMMAND, *args],
+        cwd=cwd,
+        input=stdin,
+        stdin=subprocess.DEVNULL if stdin is None else None,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environment(cwd, **env),
+        check=False,
+    )
+
+
+# The child makes the pty its controlling terminal, so a written ^C becomes a real SIGINT
+# sent by the terminal to the foreground process group, as when a person types it.
+_ATTACH = (
+    "import fcntl, os, sys, termios\n"
+    "fcntl.ioctl(0, termios.TIOCSCTTY, 0)\n"
+    "os.execv(sys.executable, [sys.executable, '-m', 'dsh_agent_loop.cli', *sys.argv[1:]])\n"
+)
+
+
+class Terminal:
+    """``dsh-agent ARGS`` on a pseudo-terminal: ``expect`` output, ``send`` keys, ``wait``."""
+
+    def __init__(self, *args: str, cwd: Path, columns: int = 100, **env: Any) -> None:
+        master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _ATTACH, *args],
+            cwd=cwd,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            start_new_session=True,
+            env=environment(cwd, COLUMNS=str(columns), TERM="xterm", **env),
+        )
+        os.close(slave)
+        self.fd = master
+        self.output = ""
+        self._seen = 0
+        self._closed = False
+
+    def _read(self, timeout: float) -> bool:
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if not ready:
+            return True
+        try:
+            data = os.read(self.fd, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            return False
+        if not data:
+            return False
+        self.output += data.decode("utf-8", "replace")
+        return True
+
+    def expect(self, pattern: str, timeout: float = 20) -> re.Match[str]:
+        """Wait for ``pattern`` (a regex) in the output after the previous match."""
+        deadline = time.monotonic() + timeout
+        regex = re.compile(pattern)
+        while True:
+            match = regex.search(self.output, self._seen)
+            if match:
+                self._seen = match.end()
+                return match
+            left = deadline - time.monotonic()
+            if left <= 0 or (not self._read(min(left, 0.1)) and self.process.poll() is not None):
+                raise AssertionError(f"{pattern!r} not seen; output so far:\n{self.output}")
+
+    def send(self, text: str) -> None:
+        """Type ``text``."""
+        os.write(self.fd, text.encode())
+
+    def wait(self, timeout: float = 20) -> int:
+        """Wait for the exit code, collecting output."""
+        deadline = time.monotonic() + timeout
+        while self.process.poll() is None and time.monotonic() < deadline:
+            self._read(0.05)
+        while self._read(0.05) and select.select([self.fd], [], [], 0)[0]:
+            pass
+        if self.process.poll() is None:
+            self.close()
+            raise AssertionError(f"still running; output so far:\n{self.output}")
+        return self.process.returncode
+
+    def close(self) -> None:
+        """Kill the child (if it still runs) and release the pty."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        if not self._closed:
+            self._closed = True
+            os.close(self.fd)
