@@ -131,9 +131,8 @@ class HookChain:
     def emit(self, name: str, event: Any) -> None:
         """Call the observers of ``name``; an observer's exception propagates."""
         for bus in self._buses:
-            if bus.has("on", name):
-                for fn in bus._fns("on", name):
-                    fn(event)
+            for entry in bus._lists["on"].get(name, ()):  # lists are copy-on-write
+                entry[0](event)
 
     async def waterfall(
         self, name: str, payload: Any, default: Callable[[Any], Awaitable[Any]]

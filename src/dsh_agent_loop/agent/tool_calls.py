@@ -377,7 +377,6 @@ class ToolBatch:
         return self._head == len(self._calls)
 
 
-
 async def _call_handler(
     tool: Tool, arguments: Mapping[str, Any], context: ToolContext
 ) -> tuple[ToolResult, str | None]:

@@ -41,7 +41,6 @@ from ..events import (
 )
 from ..llm.assemble import Assembler
 from ..llm.base import Failure, Finish, ModelError, ModelRequest, PreparedCall, make_request
-from ..session.history import message_text
 from ..session.projections import NEXT_STEP, NEXT_TURN
 from ..tools.base import Tool, ToolContext
 from .inbox import user_message
@@ -550,7 +549,7 @@ def _sync_phase(
         or session.surface.generation != agent.seen_generation
         or (logged is not None and tuple(logged.get("tools", ())) != schemas)
     )
-    nodes = [(int(e.seq or 0), message_text(e.data["message"])) for e in surface.system_nodes]
+    nodes = surface.node_texts()
     in_history = prepared.system_prompt_update == "in-history"
     for draft in reconcile(nodes, rendered, in_history=in_history, new_series=new_series):
         data = FrozenDict(turn=st.turn, step=st.step, message=system_message(draft.text))

@@ -87,6 +87,7 @@ class SurfaceProjection:
         """Surviving ``system/message`` surface events in order (node 0 is the head)."""
         self.generation = 0
         """Counts replacements; a change tells the driver a new request series starts."""
+        self._nodes: list[tuple[int, str]] | None = None
         self._messages: list[FrozenDict] = []
 
     def fold(self, event: Event) -> None:
@@ -98,6 +99,7 @@ class SurfaceProjection:
             self.entries.append(event)
             if event.type == SYSTEM_MESSAGE:
                 self.system_nodes.append(event)
+                self._nodes = None
             if _is_visible(event):
                 self._messages.append(event.data["message"])
             return
@@ -125,7 +127,16 @@ class SurfaceProjection:
         self.entries[i : j + 1] = [event]
         self.generation += 1
         self.system_nodes = [e for e in self.entries if e.type == SYSTEM_MESSAGE]
+        self._nodes = None
         self._messages = [e.data["message"] for e in self.entries if _is_visible(e)]
+
+    def node_texts(self) -> list[tuple[int, str]]:
+        """``(seq, text)`` of the surviving system nodes, head first (cached until they change)."""
+        if self._nodes is None:
+            self._nodes = [
+                (int(e.seq or 0), message_text(e.data["message"])) for e in self.system_nodes
+            ]
+        return self._nodes
 
     def messages(self) -> MessagesView:
         """The derived history now (an O(1) immutable view)."""
