@@ -121,14 +121,17 @@ class _Probe(trio.abc.Instrument):
 
 
 def _site(task: trio.lowlevel.Task) -> str:
+    """Where the task waits: its innermost frame outside trio (file:line)."""
     coro: Any = task.coro
-    frame = None
+    site = "?"
     while coro is not None:
-        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None) or frame
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+        if frame is not None:
+            path = frame.f_code.co_filename
+            if "/trio/" not in path and "/outcome/" not in path:
+                site = f"{path.rsplit('/', 1)[-1]}:{frame.f_lineno}"
         coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
-    if frame is None:
-        return "?"
-    return f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}"
+    return site
 
 
 @attrs.define
