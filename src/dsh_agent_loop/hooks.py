@@ -81,6 +81,12 @@ class HookBus:
 class HookScope:
     """A view that registers on ``bus`` and remembers what it registered, for ``close()``."""
 
+    __slots__ = (
+        "_disposers",
+        "bus",
+        "closed",
+    )
+
     def __init__(self, bus: HookBus) -> None:
         self.bus = bus
         self._disposers: list[Disposer] = []

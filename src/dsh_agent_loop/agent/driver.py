@@ -62,6 +62,12 @@ class Services:
 class AgentScope:
     """What ``setup(scope, agent)`` receives: scoped hooks, tools and persona for one agent."""
 
+    __slots__ = (
+        "hooks",
+        "persona",
+        "tools",
+    )
+
     def __init__(self, bus: HookBus, persona: str | None) -> None:
         self.hooks = HookScope(bus)
         """Hook registrations that vanish with the agent."""
@@ -106,6 +112,39 @@ class _Subscriber:
 
 class Agent:
     """One agent: its inbox, its session, and the driver that runs its turns."""
+
+    __slots__ = (
+        "_bus",
+        "_disposing",
+        "_idle_waiters",
+        "_lot",
+        "_services",
+        "_session",
+        "_status",
+        "_status_value",
+        "_stopped",
+        "_subscribers",
+        "_turn_scope",
+        "_turns",
+        "_wake_pending",
+        "_winding_down",
+        "assembly_cache",
+        "cancel_cause",
+        "cancel_message",
+        "first_request",
+        "hooks",
+        "id",
+        "inbox",
+        "on_driver_start",
+        "options",
+        "parent",
+        "request_cache",
+        "scope",
+        "seen_generation",
+        "session",
+        "store_failure",
+        "writer",
+    )
 
     def __init__(
         self,

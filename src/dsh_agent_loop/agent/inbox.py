@@ -43,6 +43,11 @@ def user_message(message_id: str, content: MessageInput, source: str | None = No
 class Inbox:
     """Pending messages of one agent, backed by its session log."""
 
+    __slots__ = (
+        "_notify",
+        "_session",
+    )
+
     def __init__(self, session: Session, notify: Callable[[str, Mapping[str, Any]], None]) -> None:
         self._session = session
         self._notify = notify

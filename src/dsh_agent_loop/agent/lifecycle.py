@@ -55,6 +55,14 @@ Setup = Callable[[AgentScope, Agent], Awaitable[None]]
 class AgentHandle:
     """Owns one live agent; ``dispose()`` tears it down exactly once."""
 
+    __slots__ = (
+        "_agents",
+        "_done",
+        "_error",
+        "_writer",
+        "agent",
+    )
+
     def __init__(self, agents: Agents, agent: Agent, writer: SessionWriter) -> None:
         self.agent = agent
         self._agents = agents

@@ -93,6 +93,7 @@ class TurnState:
     schemas: tuple[FrozenDict, ...] = ()
     rendered: str = ""
     budget: Any = None
+    step_data: FrozenDict = attrs.Factory(FrozenDict)
 
 
 async def run_turn(agent: Agent, scope: trio.CancelScope) -> bool:
@@ -216,7 +217,7 @@ def _close_open_work(agent: Agent, st: TurnState) -> None:
         st.batch.close_remaining()
         st.batch = None
     if st.step_open:
-        session.add(STEP_END, FrozenDict(turn=st.turn, step=st.step))
+        session.add(STEP_END, st.step_data)
         st.step_open = False
 
 
@@ -386,7 +387,8 @@ async def _run_step(
     agent: Agent, st: TurnState, step: int, assembly: PromptAssembly, decision: PreStepDecision
 ) -> None:
     session = agent.log
-    session.add(STEP_START, FrozenDict(turn=st.turn, step=step))
+    st.step_data = FrozenDict(turn=st.turn, step=step)  # step/start and step/end share it
+    session.add(STEP_START, st.step_data)
     st.step, st.step_open, st.attempt = step, True, 0
     st.continues = False
     if assembly is not st.assembly:
@@ -404,7 +406,7 @@ async def _run_step(
         st.batch = None
     elif calls:
         await _run_tools(agent, st, calls, tools)
-    session.add(STEP_END, FrozenDict(turn=st.turn, step=step))
+    session.add(STEP_END, st.step_data)
     st.step_open = False
 
 
@@ -664,15 +666,13 @@ def _settle_stream(
         _frame(agent, st, {"frame": "end", "outcome": "abandoned"})
         return failure
     assert finish is not None
-    stream = {"attempt": st.attempt, "finish": finish.reason}
-    if finish.stop_reason is not None:
-        stream["stop_reason"] = finish.stop_reason
+    stream = _stream_record(st.attempt, finish.reason, finish.stop_reason)
     message = FrozenDict(role="assistant", content=asm.content())
     record: dict[str, Any] = {
         "turn": st.turn,
         "step": st.step,
         "message": message,
-        "stream": FrozenDict(stream),
+        "stream": stream,
     }
     if asm.usage is not None:
         record["usage"] = FrozenDict(asm.usage.to_data())
@@ -682,6 +682,14 @@ def _settle_stream(
         st.max_tokens = True
         st.truncated = asm.has_cut_tool_call()
     return message
+
+
+def _stream_record(attempt: int, finish: str, stop_reason: str | None) -> FrozenDict:
+    """The ``stream`` field of an ``assistant/message``."""
+    data: dict[str, Any] = {"attempt": attempt, "finish": finish}
+    if stop_reason is not None:
+        data["stop_reason"] = stop_reason
+    return FrozenDict(data)
 
 
 async def _offer_failure(

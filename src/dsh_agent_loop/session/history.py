@@ -78,6 +78,14 @@ def _is_visible(event: Event) -> bool:
 class SurfaceProjection:
     """Folds surface events; answers derived history and the surviving system nodes."""
 
+    __slots__ = (
+        "_messages",
+        "_nodes",
+        "entries",
+        "generation",
+        "system_nodes",
+    )
+
     types = SURFACE_TYPES
 
     def __init__(self) -> None:

@@ -48,6 +48,19 @@ _BUILTIN_FOLDS = _builtin_folds()
 class Session:
     """One session's log and projections. Owned by one agent; appended from its tasks."""
 
+    __slots__ = (
+        "_clock",
+        "_events",
+        "_extra",
+        "_pending",
+        "header",
+        "id",
+        "inbox",
+        "on_append",
+        "state",
+        "surface",
+    )
+
     def __init__(
         self,
         header: Mapping[str, Any],

@@ -51,6 +51,11 @@ def _id_number(message_id: Any) -> int:
 class InboxProjection:
     """The two pending lists, rebuilt from splices."""
 
+    __slots__ = (
+        "lists",
+        "max_id",
+    )
+
     types = frozenset({INBOX_SPLICED, USER_MESSAGE})
 
     def __init__(self) -> None:
@@ -90,6 +95,16 @@ class InboxProjection:
 
 class LoopState:
     """What the driver derives from the log: turns, steps, request records, context text."""
+
+    __slots__ = (
+        "context",
+        "header",
+        "open_step",
+        "open_turn",
+        "runtime_context",
+        "step",
+        "turn",
+    )
 
     types = frozenset(
         {TURN_START, TURN_END, STEP_START, STEP_END, REQUEST_HEADER, REQUEST_CONTEXT, USER_MESSAGE}

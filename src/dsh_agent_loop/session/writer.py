@@ -58,6 +58,12 @@ class CommitTimer:
     ``commit_delay`` the timer asks the ones still dirty to commit. It parks while none are.
     """
 
+    __slots__ = (
+        "_dirty",
+        "_lot",
+        "commit_delay",
+    )
+
     def __init__(self, commit_delay: float = COMMIT_DELAY) -> None:
         self.commit_delay = commit_delay
         self._dirty: dict[SessionWriter, None] = {}
@@ -89,6 +95,27 @@ class CommitTimer:
 @final
 class SessionWriter:
     """Group-commits one session's appended events to its write handle."""
+
+    __slots__ = (
+        "_batch_limit",
+        "_closing",
+        "_commit_delay",
+        "_commit_done",
+        "_commits",
+        "_committed_seq",
+        "_dirty",
+        "_events_committed",
+        "_failure",
+        "_flush_requested",
+        "_handed_seq",
+        "_idle_scope",
+        "_lot",
+        "_on_commit",
+        "_stopped",
+        "_timer",
+        "handle",
+        "session",
+    )
 
     def __init__(
         self,
