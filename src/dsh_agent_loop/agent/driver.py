@@ -24,6 +24,7 @@ import trio
 from trio_util import AsyncValue
 
 from .._frozen import FrozenDict
+from .._wakeup import Latch, Wakeup
 from ..events import AGENT_STATUS, SESSION_EVENT, SESSION_FLUSH, Event, make_event
 from ..hooks import HookBus, HookChain, HookScope
 from ..session.log import Session, SessionView
@@ -167,14 +168,14 @@ class Agent:
         self._status: Status = "idle"
         self._status_value: AsyncValue[Status] | None = None
         self._idle_waiters: trio.lowlevel.ParkingLot | None = None
-        self._lot = trio.lowlevel.ParkingLot()
+        self._lot = Wakeup()
         self._wake_pending = False
         self._turn_scope: trio.CancelScope | None = None
         self.cancel_cause: str | None = None
         self.cancel_message: str | None = None
         self._winding_down = False
         self._disposing = False
-        self._stopped = trio.Event()
+        self._stopped = Latch()
         self._subscribers: list[_Subscriber] = []
         self.writer: SessionWriter | None = None
         self.first_request = True
@@ -240,7 +241,7 @@ class Agent:
             return
         self._wake_pending = True
         self._set_status("running")
-        self._lot.unpark()
+        self._lot.fire()
 
     def has_work(self) -> bool:
         """True when either inbox list has a pending message."""
@@ -261,7 +262,7 @@ class Agent:
                 self.cancel_message = message
             self._winding_down = True
             scope.cancel()
-        self._lot.unpark()
+        self._lot.fire()
 
     async def wait_idle(self) -> None:
         """Wait until the driver is parked: no open turn and no unprocessed wake."""
@@ -403,7 +404,7 @@ class Agent:
         """Cancel the running turn (keeping the inbox), stop the driver, and wait for it."""
         self.cancel(cause, keep_inbox=True)
         self._disposing = True
-        self._lot.unpark_all()
+        self._lot.fire()
         await self._stopped.wait()
 
     @property

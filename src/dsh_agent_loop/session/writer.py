@@ -25,6 +25,7 @@ from typing import final
 import attrs
 import trio
 
+from .._wakeup import Latch, Wakeup
 from ..errors import StoreError
 from ..events import Event
 from .log import Session
@@ -67,12 +68,12 @@ class CommitTimer:
     def __init__(self, commit_delay: float = COMMIT_DELAY) -> None:
         self.commit_delay = commit_delay
         self._dirty: dict[SessionWriter, None] = {}
-        self._lot = trio.lowlevel.ParkingLot()
+        self._lot = Wakeup()
 
     def note(self, writer: SessionWriter) -> None:
         """``writer`` has pending events (called on its first append after a commit)."""
         if not self._dirty:
-            self._lot.unpark()
+            self._lot.fire()
         self._dirty[writer] = None
 
     def forget(self, writer: SessionWriter) -> None:
@@ -134,7 +135,7 @@ class SessionWriter:
         self._commit_delay = commit_delay
         self._batch_limit = batch_limit
         self._timer = timer
-        self._lot = trio.lowlevel.ParkingLot()
+        self._lot = Wakeup()
         self._dirty = False
         self._flush_requested = False
         self._closing = False
@@ -143,9 +144,9 @@ class SessionWriter:
         # events up to _committed_seq are durable.
         self._handed_seq = session.last_seq - len(session._pending)
         self._committed_seq = durable_seq
-        self._commit_done = trio.Event()
+        self._commit_done: trio.Event | None = None
         self._failure: BaseException | None = None
-        self._stopped = trio.Event()
+        self._stopped = Latch()
         self._commits = 0
         self._events_committed = 0
 
@@ -173,7 +174,7 @@ class SessionWriter:
         self._dirty = True
         if not self._flush_requested:
             self._flush_requested = True
-            self._lot.unpark()
+            self._lot.fire()
 
     async def flush(self) -> None:
         """Wait until every event appended so far is committed (the durability barrier).
@@ -188,6 +189,8 @@ class SessionWriter:
             if self._stopped.is_set():
                 raise StoreError("the session writer is closed")
             done = self._commit_done
+            if done is None:
+                done = self._commit_done = trio.Event()
             self._request_flush()
             await done.wait()
 
@@ -292,8 +295,9 @@ class SessionWriter:
         self._release_waiters()
 
     def _release_waiters(self) -> None:
-        done, self._commit_done = self._commit_done, trio.Event()
-        done.set()
+        done, self._commit_done = self._commit_done, None
+        if done is not None:
+            done.set()
 
     async def _final_commit_and_close(self) -> None:
         if self._failure is None and (
@@ -308,7 +312,7 @@ class SessionWriter:
     async def aclose(self) -> None:
         """Commit what is pending, close the handle, and wait for the task to end."""
         self._closing = True
-        self._lot.unpark_all()
+        self._lot.fire()
         await self._stopped.wait()
 
     @property
