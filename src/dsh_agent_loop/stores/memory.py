@@ -195,9 +195,7 @@ class MemoryStore:
     async def list(self) -> list[SessionInfo]:
         """List stored sessions."""
         await trio.lowlevel.checkpoint()
-        return [
-            info_from_events(r.header, r.events) for r in self._sessions.values() if r.events
-        ]
+        return [info_from_events(r.header, r.events) for r in self._sessions.values() if r.events]
 
     async def stat(self, session_id: str) -> SessionInfo | None:
         """Describe one stored session, or None when absent."""
