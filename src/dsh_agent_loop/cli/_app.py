@@ -205,7 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _consoles() -> tuple[Console, Console]:
-    return Console(highlight=False), Console(stderr=True, highlight=False)
+    out = Console(highlight=False)
+    if not out.is_terminal:
+        # Piped or redirected: tables keep their full cells instead of 80-column truncation.
+        out = Console(highlight=False, width=max(out.width, 160))
+    return out, Console(stderr=True, highlight=False)
 
 
 def _run_verb(args: argparse.Namespace) -> int:
