@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from dsh_agent_loop import AgentOptions, MemoryStore, Reply, ScriptedModel, ToolResult, open_runtime, tool
+from dsh_agent_loop import (
+    AgentOptions,
+    MemoryStore,
+    Reply,
+    ScriptedModel,
+    ToolResult,
+    open_runtime,
+    tool,
+)
 
 from .conftest import assert_well_formed, of_type, turn_ends, user_texts
 
@@ -24,7 +32,9 @@ async def test_execute_middleware_sees_a_tool_result_when_the_handler_raises(aut
         return result
 
     model = ScriptedModel([Reply.tool_calls(("explode", {"x": 1})), Reply.text("ok")])
-    async with open_runtime(store=MemoryStore(), providers={"scripted": model}, tools=[explode]) as rt:
+    async with open_runtime(
+        store=MemoryStore(), providers={"scripted": model}, tools=[explode]
+    ) as rt:
         rt.hooks.waterfall("tools/execute", middleware)
         h = await rt.agents.create(options=OPTIONS)
         h.agent.followup("go")

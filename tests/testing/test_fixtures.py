@@ -7,9 +7,13 @@ import trio
 from dsh_agent_loop import AgentOptions, MemoryStore, Reply, invariants
 
 
-async def test_runtime_fixture_runs_a_turn_on_the_scripted_model(runtime, scripted_model, autojump_clock):
+async def test_runtime_fixture_runs_a_turn_on_the_scripted_model(
+    runtime, scripted_model, autojump_clock
+):
     scripted_model.add(Reply.text("hello from the fixture"))
-    handle = await runtime.agents.create(options=AgentOptions(id="a", provider="scripted", model="m"))
+    handle = await runtime.agents.create(
+        options=AgentOptions(id="a", provider="scripted", model="m")
+    )
     start = trio.current_time()
     handle.agent.followup("hi")
     await handle.agent.wait_idle()
@@ -31,7 +35,9 @@ async def test_runtime_fixture_is_fresh_per_test(runtime):
 async def test_scripted_latency_runs_on_virtual_time(runtime, scripted_model, autojump_clock):
     scripted_model.latency = 0.5
     scripted_model.add(Reply.text("one two three"))
-    handle = await runtime.agents.create(options=AgentOptions(id="a", provider="scripted", model="m"))
+    handle = await runtime.agents.create(
+        options=AgentOptions(id="a", provider="scripted", model="m")
+    )
     start = trio.current_time()
     handle.agent.followup("go")
     await handle.agent.wait_idle()
