@@ -1,4 +1,4 @@
-"""explore_cancellation: every checkpoint of the issue's scenarios, and broken variants it must catch."""
+"""explore_cancellation: every checkpoint of the issue's scenarios; broken variants it catches."""
 
 from __future__ import annotations
 
@@ -76,7 +76,8 @@ def test_every_checkpoint_is_well_formed(name, providers, tools, min_k, capsys):
     report = explore_cancellation(one_prompt, providers=providers, tools=tools, seed=1)
     with capsys.disabled():
         print(
-            f"\nexplore_cancellation[{name}]: K={report.checkpoints} runs={report.runs} sites={report.sites}"
+            f"\nexplore_cancellation[{name}]: K={report.checkpoints}"
+            f" runs={report.runs} sites={report.sites}"
         )
     assert report.failures == []
     assert report.checkpoints >= min_k

@@ -269,6 +269,6 @@ def main(argv: list[str] | None = None) -> int:
     result = run_loop_bench(quick=args.quick)
     print_table("loop benchmark (pure-trio reference measured in the same run)", rows(result))
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:  # noqa: PTH123
+        with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)
     return 0
