@@ -531,19 +531,27 @@ async def test_postgres_late_append_after_takeover_is_fenced() -> None:
         drop_pg_tables(dsn, prefix)
 
 
-@pytest.mark.parametrize("committed", [True, False])
+@pytest.mark.parametrize(
+    ("committed", "losses"),
+    [(True, 1), (False, 1), (False, 99)],
+    ids=["committed", "not-committed-once", "not-committed-always"],
+)
 async def test_postgres_ambiguous_commit_is_resolved_by_reading_back(
-    monkeypatch: pytest.MonkeyPatch, committed: bool
+    monkeypatch: pytest.MonkeyPatch, committed: bool, losses: int
 ) -> None:
     import psycopg
 
-    from dsh_agent_loop.stores import postgres
+    from dsh_agent_loop.stores import _postgres_sync, postgres
 
     dsn, prefix = postgres_dsn(), new_pg_prefix()
     store = postgres.PostgresStore(dsn, table_prefix=prefix)
-    real_commit = postgres._commit
+    real_commit = _postgres_sync.commit
+    lost = []
 
-    def lose_acknowledgement(conn: postgres.Conn) -> None:
+    def lose_acknowledgement(conn: _postgres_sync.Conn) -> None:
+        if len(lost) >= losses:
+            return real_commit(conn)
+        lost.append(conn)
         if committed:
             real_commit(conn)
         conn.close()  # the server rolls back an uncommitted transaction
@@ -554,14 +562,17 @@ async def test_postgres_ambiguous_commit_is_resolved_by_reading_back(
         await handle.append([ev(0)])
         await handle.flush()
         await handle.append([ev(1), ev(2)])
-        monkeypatch.setattr(postgres, "_commit", lose_acknowledgement)
-        if committed:
-            await handle.flush()  # read back: both rows are there with matching hashes
+        monkeypatch.setattr(_postgres_sync, "commit", lose_acknowledgement)
+        if losses == 1:
+            # committed: read back, both rows are there with matching hashes; not committed:
+            # read back, none is, so the batch is sent again on a new connection
+            await handle.flush()
         else:
             with pytest.raises(StoreError, match="nothing was stored"):
-                await handle.flush()
-        monkeypatch.setattr(postgres, "_commit", real_commit)
-        await handle.flush()  # a no-op, or the retry of the batch that did not commit
+                await handle.flush()  # every retry lost its COMMIT too
+            assert len(lost) == 4
+            monkeypatch.setattr(_postgres_sync, "commit", real_commit)
+            await handle.flush()  # the events stayed staged: nothing lost
         await handle.close()
         assert await stored_events(store, "s1") == [ev(0), ev(1), ev(2)]
         info = await store.stat("s1")

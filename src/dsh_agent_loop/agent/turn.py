@@ -136,6 +136,8 @@ async def run_turn(agent: Agent, scope: trio.CancelScope) -> bool:
 
 
 def _store_failed(agent: Agent, st: TurnState, exc: StoreError) -> None:
+    if agent.store_failure is not None:
+        return  # already reported when the failure ended the turn
     agent.store_failure = exc
     code = "OWNERSHIP_LOST" if exc.code == "OWNERSHIP_LOST" else "STORE_FAILED"
     agent.notify(

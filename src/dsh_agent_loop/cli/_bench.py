@@ -31,6 +31,8 @@ DEFAULT_TARGETS: Final[Mapping[str, float]] = {
     "w3": 5.0,
     "w3_mb": 0.03,
     "sse_abs": 1.0,
+    "sqlite_w1": 2.0,
+    "sqlite_append": 2.0,
 }
 SSE_TARGET_CHUNKS_PER_S: Final = 100_000
 
@@ -126,6 +128,40 @@ def _sse_rows(result: Mapping[str, Any], targets: Mapping[str, float]) -> Iterat
     )
 
 
+def _store_rows(result: Mapping[str, Any], targets: Mapping[str, float]) -> Iterator[Row]:
+    mem, sql = result["memory_w1_us_per_step"], result["sqlite_w1_us_per_step"]
+    yield _row(
+        "sqlite_w1",
+        "W1 µs/step, SqliteStore (ref: MemoryStore)",
+        f"{sql:.1f} µs",
+        f"{mem:.1f} µs",
+        sql / mem,
+        sql / mem,
+        targets,
+    )
+    ours, raw = result["sqlite_append_events_per_s"], result["sqlite_raw_events_per_s"]
+    yield _row(
+        "sqlite_append",
+        "SQLite append events/s (ref: raw sqlite3 executemany)",
+        f"{ours:,.0f}/s",
+        f"{raw:,.0f}/s",
+        raw / ours,
+        raw / ours,
+        targets,
+    )
+    pg = result.get("postgres_w1_us_per_step")
+    if pg is not None:
+        yield _row(
+            "postgres_w1",
+            "W1 µs/step, PostgresStore",
+            f"{pg:.0f} µs",
+            f"{mem:.1f} µs",
+            pg / mem,
+            pg / mem,
+            targets,
+        )
+
+
 @attrs.frozen
 class _Bench:
     name: str
@@ -143,6 +179,14 @@ BENCHMARKS: Final = (
         "dsh_agent_loop.bench.loop",
         "run_loop_bench",
         _loop_rows,
+        {"quick": True},
+        {"quick": False},
+    ),
+    _Bench(
+        "stores",
+        "dsh_agent_loop.bench.stores",
+        "run_store_bench",
+        _store_rows,
         {"quick": True},
         {"quick": False},
     ),

@@ -221,6 +221,8 @@ class SessionWriter:
         """Commit until closed; then commit what is left and close the handle."""
         self.session.on_append = self.wake
         self._dirty = self.session.has_pending() or self._handed_seq > self._committed_seq
+        if self._dirty and self._timer is not None:
+            self._timer.note(self)  # the seed written at create/resume commits without a barrier
         ttl = self.handle.lease_ttl
         next_renew = trio.current_time() + ttl / 3 if ttl is not None else math.inf
         task_status.started()
@@ -244,12 +246,17 @@ class SessionWriter:
                     await self._renew()
         finally:
             self._idle_scope = None
-            with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
-                await self._final_commit_and_close()
-            if self._timer is not None:
-                self._timer.forget(self)
-            self._stopped.set()
-            self._release_waiters()
+            try:
+                with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
+                    await self._final_commit_and_close()
+            except (StoreError, OSError) as exc:
+                if self._failure is None:
+                    self._failure = exc  # reported by whoever closes the writer
+            finally:
+                if self._timer is not None:
+                    self._timer.forget(self)
+                self._stopped.set()
+                self._release_waiters()
 
     async def _run_untimed(self) -> None:
         # The common case: no lease to renew, and the runtime's timer keeps the commit delay.

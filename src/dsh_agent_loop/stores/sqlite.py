@@ -2,9 +2,10 @@
 
 Design. One writer connection per store serves all its sessions, so 10,000 live sessions
 hold two descriptors, not 10,000; a second connection serves reads (WAL lets it read while
-the writer commits). Every blocking call runs in ``trio.to_thread.run_sync`` under the
-store's ``CapacityLimiter``; the file is opened by SQLite only (a plain ``open()`` and
-``close()`` of the file would drop the process's POSIX locks on it).
+the writer commits). Every blocking call runs in a worker thread (one hop per call, see
+``_threads``); the trio thread never waits on SQLite. The file is opened by SQLite only (a
+plain ``open()`` and ``close()`` of the file would drop the process's POSIX locks on it).
+The transactions themselves live in ``_sqlite_sync``.
 
 Ownership is an ``owners`` row per session: (host, pid, process start time, random token).
 Taking it happens in one ``BEGIN IMMEDIATE`` transaction, so exactly one of several racing
@@ -12,12 +13,19 @@ processes wins. An owner whose process is gone, or whose pid now names a process
 different start time, is dead and is replaced at once; an owner in this same process is
 live (two handles on one session conflict here too).
 
-Group commit. Appends are staged on the handle. ``flush`` queues its handle and takes the
-writer lock; whoever holds it commits the staged events of every queued handle in one
+Group commit. Appends are staged on the handle. ``flush`` queues its handle; if no commit
+round is in flight, it leads one: it commits the staged events of every queued handle in one
 transaction, checking inside it, per handle, that the owner row still carries the handle's
-token. Flushes that queue while a commit runs are therefore committed together by the next
-lock holder, and the others find their events already stored. No task is started by the
-store: the flushing tasks do the work themselves.
+token. Flushes that queue while a round runs wait for it to end (all wake together), and the
+first of them whose events are still staged leads the next round for everyone queued by
+then. No task is started by the store: the flushing tasks do the work themselves.
+
+Storage faults. A failed commit is settled before anything else happens: an open transaction
+is rolled back (nothing was stored); when none is open any more (the failure came from
+``COMMIT``, or SQLite rolled back by itself) the outcome is read back, and events stored
+with identical content count as committed — never a blind retry. Busy/locked errors and a
+lost connection are retried a few times once nothing was stored; other errors (disk full,
+I/O error) fail the flush; an outcome that cannot be read back fails the handle for good.
 """
 
 from __future__ import annotations
@@ -28,60 +36,38 @@ import os
 import secrets
 import socket
 import sqlite3
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Final, Literal, TypeVar, final, overload
 
 import attrs
+import outcome
 import trio
 
-from .._frozen import freeze, thaw
+from .._frozen import freeze
 from ..errors import (
-    SequenceConflictError,
-    SessionAlreadyExistsError,
-    SessionAlreadyOwnedError,
-    SessionNotFoundError,
     SessionOwnershipLostError,
     StoreError,
 )
-from ..events import TURN_END, Event, event_from_json, event_to_json
+from ..events import Event
 from ..session.store import ReadHandle, SessionInfo, WriteHandle
+from . import _sqlite_sync as sql
 from ._check import new_suffix
+from ._threads import run_in_worker
 
 __all__ = ["SqliteStore", "SqliteStoreStatistics"]
 
 T = TypeVar("T")
 
-_MAX_THREADS: Final = 4
 #: Release after a timed-out close gets this much extra time (best effort).
 _RELEASE_GRACE: Final = 1.0
-
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id TEXT PRIMARY KEY,
-    agent_id TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    header TEXT NOT NULL,
-    event_count INTEGER NOT NULL DEFAULT 0,
-    last_turn_end TEXT
-);
-CREATE TABLE IF NOT EXISTS events (
-    session_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    type TEXT NOT NULL,
-    json TEXT NOT NULL,
-    PRIMARY KEY (session_id, seq)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS owners (
-    session_id TEXT PRIMARY KEY,
-    token TEXT NOT NULL,
-    host TEXT NOT NULL,
-    pid INTEGER NOT NULL,
-    start_time TEXT,
-    acquired_at REAL NOT NULL
-);
-"""
+#: Commits between two background WAL checkpoints (about SQLite's default 1,000 pages).
+_CHECKPOINT_EVERY: Final = 300
+#: The writer's own checkpoint threshold in pages: only a backstop for the background one.
+_AUTOCHECKPOINT_PAGES: Final = 10_000
+#: Seconds to wait before each repeat of a transaction that stored nothing (busy, lost
+#: connection); SQLite's own busy timeout has already waited before a busy error surfaces.
+_RETRY_DELAYS: Final = (0.01, 0.05, 0.25)
 
 
 @attrs.frozen
@@ -94,213 +80,35 @@ class SqliteStoreStatistics:
     """Handle flushes served by those transactions (more than ``commits`` when grouped)."""
     events_committed: int
     """Events stored by them."""
+    retries: int = 0
+    """Transactions repeated after a failure that stored nothing."""
+    checkpoints: int = 0
+    """Background WAL checkpoints finished."""
 
 
 @attrs.frozen
-class _Owner:
-    host: str
-    pid: int
-    start_time: str | None
+class _Round:
+    """What one commit attempt did, as the worker thread settled it."""
 
-
-def _process_start_time(pid: int) -> tuple[bool, str | None]:
-    """Return (alive, start time) of ``pid``; start time is None without ``/proc``."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        return False, None
-    except OSError:
-        return _pid_exists(pid), None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if fields[0] in (b"Z", b"X"):  # a zombie has exited; only its parent has not reaped it
-        return False, None
-    return True, fields[19].decode()
-
-
-def _pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _owner_alive(me: _Owner, host: str, pid: int, start_time: str | None) -> bool:
-    if host != me.host:
-        return True  # no way to check another host: assume alive
-    if pid == me.pid:
-        return start_time == me.start_time
-    alive, current = _process_start_time(pid)
-    return alive and (start_time is None or current is None or current == start_time)
-
-
-def _owned_error(session_id: str, host: str, pid: int) -> SessionAlreadyOwnedError:
-    owner = f"pid {pid} on host {host}"
-    return SessionAlreadyOwnedError(f"session {session_id!r} is owned by {owner}", owner=owner)
-
-
-def _last_turn_end(events: Sequence[Event]) -> str | None:
-    for event in reversed(events):
-        if event.type == TURN_END:
-            return json.dumps(thaw(event.data.get("reason")))
-    return None
-
-
-def _info(row: tuple[str, int, str | None]) -> SessionInfo:
-    header = json.loads(row[0])
-    return SessionInfo(
-        session_id=str(header["session_id"]),
-        agent_id=str(header.get("agent_id", "")),
-        created_at=str(header.get("created_at", "")),
-        event_count=row[1],
-        last_turn_end=None if row[2] is None else freeze(json.loads(row[2])),
-    )
-
-
-@contextlib.contextmanager
-def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
-# --- synchronous statements (run in a worker thread) ----------------------------------------
-
-
-def _acquire_sync(
-    conn: sqlite3.Connection, sid: str, me: _Owner, token: str, header: Mapping[str, Any] | None
-) -> tuple[int, str]:
-    """Take ownership (create the session when ``header`` is given); return count and header."""
-    with _immediate(conn):
-        row = conn.execute("SELECT event_count FROM sessions WHERE session_id=?", (sid,)).fetchone()
-        if header is not None and row is not None and row[0] > 0:
-            raise SessionAlreadyExistsError(f"session {sid!r} already exists")
-        owner = conn.execute(
-            "SELECT host, pid, start_time FROM owners WHERE session_id=?", (sid,)
-        ).fetchone()
-        header_json = "" if header is None else json.dumps(thaw(header), ensure_ascii=False)
-        if owner is not None and _owner_alive(me, *owner):
-            raise _owned_error(sid, owner[0], owner[1])
-        if header is None:
-            if row is None or row[0] == 0:
-                raise SessionNotFoundError(f"session {sid!r} not found")
-            count = int(row[0])
-            header_json = conn.execute(
-                "SELECT header FROM sessions WHERE session_id=?", (sid,)
-            ).fetchone()[0]
-        else:  # reclaim whatever a never-flushed earlier create left behind
-            conn.execute("DELETE FROM events WHERE session_id=?", (sid,))
-            conn.execute("DELETE FROM sessions WHERE session_id=?", (sid,))
-            conn.execute(
-                "INSERT INTO sessions (session_id, agent_id, created_at, header) VALUES (?,?,?,?)",
-                (
-                    sid,
-                    str(header.get("agent_id", "")),
-                    str(header.get("created_at", "")),
-                    header_json,
-                ),
-            )
-            count = 0
-        conn.execute(
-            "INSERT OR REPLACE INTO owners VALUES (?,?,?,?,?,?)",
-            (sid, token, me.host, me.pid, me.start_time, time.time()),
-        )
-    return count, header_json
-
-
-def _commit_one(conn: sqlite3.Connection, sid: str, token: str, events: list[Event]) -> None:
-    """Store one handle's batch inside the running transaction (under a savepoint)."""
-    owner = conn.execute("SELECT token FROM owners WHERE session_id=?", (sid,)).fetchone()
-    if owner is None or owner[0] != token:
-        raise SessionOwnershipLostError(f"session {sid!r}: write ownership was lost")
-    conn.execute("SAVEPOINT handle")
-    try:
-        conn.executemany(
-            "INSERT INTO events (session_id, seq, type, json) VALUES (?,?,?,?)",
-            [(sid, e.seq, e.type, event_to_json(e)) for e in events],
-        )
-    except sqlite3.IntegrityError as exc:
-        conn.execute("ROLLBACK TO handle")
-        raise SequenceConflictError(f"session {sid!r}: seqs already stored ({exc})") from None
-    finally:
-        conn.execute("RELEASE handle")
-    conn.execute(
-        "UPDATE sessions SET event_count = event_count + ?,"
-        " last_turn_end = coalesce(?, last_turn_end) WHERE session_id=?",
-        (len(events), _last_turn_end(events), sid),
-    )
-
-
-def _commit_sync(
-    conn: sqlite3.Connection, work: list[tuple[str, str, list[Event]]]
-) -> list[Exception | None]:
-    """Commit several handles' batches in one transaction; per-handle failures are returned."""
-    results: list[Exception | None] = []
-    with _immediate(conn):
-        for sid, token, events in work:
-            try:
-                _commit_one(conn, sid, token, events)
-            except (SessionOwnershipLostError, SequenceConflictError) as exc:
-                results.append(exc)
-            else:
-                results.append(None)
-    return results
-
-
-def _release_sync(conn: sqlite3.Connection, sid: str, token: str, drop_if_empty: bool) -> None:
-    with _immediate(conn):
-        cur = conn.execute("DELETE FROM owners WHERE session_id=? AND token=?", (sid, token))
-        if cur.rowcount and drop_if_empty:
-            conn.execute("DELETE FROM sessions WHERE session_id=? AND event_count=0", (sid,))
-
-
-def _delete_sync(conn: sqlite3.Connection, sid: str) -> None:
-    with _immediate(conn):
-        for table in ("events", "owners", "sessions"):
-            conn.execute(f"DELETE FROM {table} WHERE session_id=?", (sid,))
-
-
-def _events_sync(conn: sqlite3.Connection, sid: str, start: int, stop: int | None) -> list[Event]:
-    rows = conn.execute(
-        "SELECT json FROM events WHERE session_id=? AND seq>=? AND seq<? ORDER BY seq",
-        (sid, start, 2**62 if stop is None else stop),
-    ).fetchall()
-    return [event_from_json(row[0]) for row in rows]
-
-
-def _header_sync(conn: sqlite3.Connection, sid: str) -> Mapping[str, Any]:
-    row = conn.execute(
-        "SELECT header FROM sessions WHERE session_id=? AND event_count>0", (sid,)
-    ).fetchone()
-    if row is None:
-        raise SessionNotFoundError(f"session {sid!r} not found")
-    return freeze(json.loads(row[0]))  # type: ignore[no-any-return]
-
-
-def _infos_sync(conn: sqlite3.Connection, sid: str | None) -> list[SessionInfo]:
-    query = "SELECT header, event_count, last_turn_end FROM sessions WHERE event_count>0"
-    if sid is None:
-        rows = conn.execute(query + " ORDER BY created_at, session_id").fetchall()
-    else:
-        rows = conn.execute(query + " AND session_id=?", (sid,)).fetchall()
-    return [_info(row) for row in rows]
-
-
-# --- handles -----------------------------------------------------------------------------------
+    results: list[Exception | None] | None = None
+    """Per-handle results when the transaction committed."""
+    failure: sqlite3.Error | None = None
+    """The database error that stopped it."""
+    stored: list[bool] | None = None
+    """After a failure: per handle, whether its events turned out stored (read back)."""
+    unknown: BaseException | None = None
+    """After a failure: why the outcome could not be read back."""
+    broken: bool = False
+    """The failure left the connection unusable (it was replaced)."""
 
 
 def _check_range(offset: int, length: int | None) -> int | None:
     if offset < 0 or (length is not None and length < 0):
         raise ValueError("offset and length must not be negative")
     return None if length is None else offset + length
+
+
+# --- handles -----------------------------------------------------------------------------------
 
 
 @attrs.define(eq=False)
@@ -320,7 +128,7 @@ class _SqliteReadHandle:
     async def read(self, offset: int = 0, length: int | None = None) -> list[Event]:
         stop = _check_range(offset, length)
         return await self._store._on_reader(
-            partial(_events_sync, sid=self._session_id, start=offset, stop=stop)
+            partial(sql.events, sid=self._session_id, start=offset, stop=stop)
         )
 
     async def close(self) -> None:
@@ -337,6 +145,8 @@ class _SqliteWriteHandle:
     _staged: list[Event] = attrs.Factory(list)
     _flush_error: Exception | None = None
     _lost: bool = False
+    _failure: StoreError | None = None
+    """Set when a commit's outcome could not be settled: nothing more is written."""
     _closed: bool = False
 
     @property
@@ -359,7 +169,7 @@ class _SqliteWriteHandle:
         out: list[Event] = []
         if offset < stored:
             out = await self._store._on_reader(
-                partial(_events_sync, sid=self._session_id, start=offset, stop=min(stop, stored))
+                partial(sql.events, sid=self._session_id, start=offset, stop=min(stop, stored))
             )
         else:
             await trio.lowlevel.checkpoint()
@@ -373,11 +183,11 @@ class _SqliteWriteHandle:
         if first is not None and 0 <= first < self._stored_count:
             stop = min(first + len(events), self._stored_count)
             overlap = await self._store._on_reader(
-                partial(_events_sync, sid=self._session_id, start=first, stop=stop)
+                partial(sql.events, sid=self._session_id, start=first, stop=stop)
             )
-        else:
-            await trio.lowlevel.checkpoint()
-        self._check_usable()
+            self._check_usable()
+        # else: staging is synchronous and does not yield (the flush that follows does), which
+        # saves the session writer a scheduler pass per commit
         stored = self._stored_count
 
         def stored_at(seq: int) -> Event:
@@ -438,7 +248,7 @@ class _SqliteWriteHandle:
         self._staged.clear()
         self._store._flush_queue.pop(self, None)
         release = partial(
-            _release_sync,
+            sql.release,
             sid=self._session_id,
             token=self._token,
             drop_if_empty=self._stored_count == 0,
@@ -454,10 +264,19 @@ class _SqliteWriteHandle:
     def _check_usable(self) -> None:
         if self._closed:
             raise trio.ClosedResourceError("write handle is closed")
+        self._check_writable()
+
+    def _check_writable(self) -> None:
         if self._lost:
             raise SessionOwnershipLostError(
                 f"session {self._session_id!r}: write ownership was lost"
             )
+        if self._failure is not None:
+            raise self._failure
+
+    def _committed(self, count: int) -> None:
+        self._stored_count += count
+        del self._staged[:count]
 
 
 _MISSING: Final = Event(type="", seq=-1, time=0.0, data={})
@@ -476,6 +295,8 @@ class SqliteStore:
             ``"full"`` (``synchronous=FULL``: also survives power loss).
         busy_timeout: Seconds to wait for another process's write lock.
         close_timeout: Bound, in seconds, on a write handle's ``close``.
+        connection_factory: The ``sqlite3.Connection`` subclass to open connections with
+            (``sqlite3.connect(factory=...)``); tests pass one that injects faults.
     """
 
     def __init__(
@@ -485,6 +306,7 @@ class SqliteStore:
         durability: Literal["normal", "full"] = "normal",
         busy_timeout: float = 5.0,
         close_timeout: float = 10.0,
+        connection_factory: type[sqlite3.Connection] = sqlite3.Connection,
     ) -> None:
         if durability not in ("normal", "full"):
             raise ValueError(f"durability must be 'normal' or 'full', not {durability!r}")
@@ -492,14 +314,19 @@ class SqliteStore:
         self._synchronous = "FULL" if durability == "full" else "NORMAL"
         self._busy_timeout = busy_timeout
         self._close_timeout = close_timeout
-        self._limiter = trio.CapacityLimiter(_MAX_THREADS)
+        self._factory = connection_factory
         self._writer_lock = trio.Lock()
         self._reader_lock = trio.Lock()
         self._writer: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
-        self._me: _Owner | None = None
+        self._me: sql.Owner | None = None
         self._flush_queue: dict[_SqliteWriteHandle, None] = {}
-        self._commits = self._handles_committed = self._events_committed = 0
+        self._round: trio.Event | None = None
+        """Set while a commit round is in flight; flushes queued meanwhile wait for it."""
+        self._commits = self._handles_committed = self._events_committed = self._retries = 0
+        self._checkpointer: sqlite3.Connection | None = None
+        self._checkpointing: trio.Event | None = None
+        self._commits_since_checkpoint = self._checkpoints = 0
 
     async def __aenter__(self) -> SqliteStore:
         return self
@@ -509,102 +336,265 @@ class SqliteStore:
 
     def statistics(self) -> SqliteStoreStatistics:
         """Return the store's commit counters."""
-        return SqliteStoreStatistics(self._commits, self._handles_committed, self._events_committed)
+        return SqliteStoreStatistics(
+            self._commits,
+            self._handles_committed,
+            self._events_committed,
+            self._retries,
+            self._checkpoints,
+        )
 
-    # --- connections ---
+    # --- connections (the worker-thread side) ---
 
     def _connect(self) -> sqlite3.Connection:
         parent = os.path.dirname(os.path.abspath(self._path))
         os.makedirs(parent, exist_ok=True)
         conn = sqlite3.connect(
-            self._path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
+            self._path,
+            timeout=self._busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+            factory=self._factory,
         )
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
-            conn.executescript(_SCHEMA)
+            conn.executescript(sql.SCHEMA)
         except BaseException:
             conn.close()
             raise
         return conn
 
-    async def _thread(self, fn: Callable[[], T]) -> T:
-        try:
-            return await trio.to_thread.run_sync(fn, limiter=self._limiter)
-        except sqlite3.Error as exc:
-            raise StoreError(f"sqlite store {self._path!r}: {exc}") from exc
+    def _writer_conn(self) -> sqlite3.Connection:
+        if self._writer is None:
+            conn = self._connect()
+            try:
+                conn.execute(f"PRAGMA wal_autocheckpoint={_AUTOCHECKPOINT_PAGES}")
+            except BaseException:
+                conn.close()
+                raise
+            self._writer = conn
+        return self._writer
 
-    async def _on_writer(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        async with self._writer_lock:
-            return await self._thread(partial(self._writer_call, fn))
+    def _checkpoint_call(self) -> None:
+        """Copy the WAL back into the database file (worker thread, never two at once)."""
+        if self._checkpointer is None:
+            self._checkpointer = self._connect()
+        self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+    def _settle_writer(self) -> Literal["rolled-back", "unknown", "broken"]:
+        """After a failure on the writer connection (worker thread, writer lock held)."""
+        conn, state = self._writer, "broken"
+        if conn is not None:
+            state = sql.settle(conn)
+        if state == "broken":
+            self._writer = None
+            if conn is not None:
+                conn.close()
+        return state  # type: ignore[return-value]
 
     def _writer_call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if self._writer is None:
-            self._writer = self._connect()
-        return fn(self._writer)
-
-    async def _on_reader(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        async with self._reader_lock:
-            return await self._thread(partial(self._reader_call, fn))
+        try:
+            return fn(self._writer_conn())
+        except sqlite3.Error:
+            self._settle_writer()
+            raise
 
     def _reader_call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._reader is None:
             self._reader = self._connect()
-        return fn(self._reader)
+        try:
+            return fn(self._reader)
+        except sqlite3.Error:
+            if sql.settle(self._reader) == "broken":
+                conn, self._reader = self._reader, None
+                conn.close()
+            raise
 
-    async def _whoami(self) -> _Owner:
+    def _commit_call(self, work: Sequence[sql.Work]) -> _Round:
+        """One commit attempt, settled: committed, not committed, or read back."""
+        try:
+            conn = self._writer_conn()
+        except sqlite3.Error as exc:
+            return _Round(failure=exc, stored=[False] * len(work), broken=True)
+        try:
+            return _Round(results=sql.commit(conn, work))
+        except sqlite3.Error as exc:
+            failure = exc
+        state = self._settle_writer()
+        if state == "rolled-back":
+            return _Round(failure=failure, stored=[False] * len(work))
+        try:
+            conn = self._writer_conn()
+            stored = [sql.rows_stored(conn, w) for w in work]
+        except Exception as exc:
+            if isinstance(exc, sqlite3.Error):
+                self._settle_writer()
+            return _Round(failure=failure, unknown=exc, broken=state == "broken")
+        return _Round(failure=failure, stored=stored, broken=state == "broken")
+
+    # --- connections (the trio side) ---
+
+    def _error(self, exc: BaseException) -> StoreError:
+        error = StoreError(f"sqlite store {self._path!r}: {exc}")
+        error.__cause__ = exc
+        return error
+
+    async def _hop(self, fn: Callable[[], T]) -> T:
+        try:
+            return await run_in_worker(fn)
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+
+    async def _on_writer(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run an idempotent writer transaction, repeated a few times after a database error."""
+        async with self._writer_lock:
+            for delay in (*_RETRY_DELAYS, None):
+                try:
+                    return await run_in_worker(partial(self._writer_call, fn))
+                except sqlite3.Error as exc:
+                    if delay is None:
+                        raise self._error(exc) from exc
+                self._retries += 1
+                await trio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _on_reader(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        async with self._reader_lock:
+            return await self._hop(partial(self._reader_call, fn))
+
+    async def _whoami(self) -> sql.Owner:
         """This process as an owner (host, pid, start time), computed once."""
         if self._me is None:
             pid = os.getpid()
-            start_time = await self._thread(lambda: _process_start_time(pid)[1])
-            self._me = _Owner(socket.gethostname(), pid, start_time)
+            start_time = await self._hop(lambda: sql.process_start_time(pid)[1])
+            self._me = sql.Owner(socket.gethostname(), pid, start_time)
         return self._me
 
     # --- group commit ---
 
     async def _flush(self, handle: _SqliteWriteHandle) -> None:
-        if handle._staged:
-            if handle._lost:
-                raise SessionOwnershipLostError(
-                    f"session {handle._session_id!r}: write ownership was lost"
-                )
-            self._flush_queue[handle] = None
-            async with self._writer_lock:
-                error, handle._flush_error = handle._flush_error, None
-                if error is None and handle._staged:
-                    await self._commit_round(handle)
-                    error, handle._flush_error = handle._flush_error, None
-            if error is not None:
-                raise error
-        else:
+        if not handle._staged:
             await trio.lowlevel.checkpoint()
+            return
+        handle._check_writable()
+        self._flush_queue[handle] = None
+        while handle._staged and handle._flush_error is None:
+            handle._check_writable()  # (a round it rode in may have failed it)
+            running = self._round
+            if running is not None:  # it may carry our events; if not, lead the next one
+                await running.wait()
+                continue
+            self._round = done = trio.Event()
+            try:
+                await self._lead_round(handle)
+            finally:
+                self._round = None
+                done.set()
+        error, handle._flush_error = handle._flush_error, None
+        if error is not None:
+            raise error
+
+    async def _lead_round(self, leader: _SqliteWriteHandle) -> None:
+        lock = self._writer_lock  # shared with the other writer transactions
+        try:
+            lock.acquire_nowait()  # uncontended: no scheduler pass (the commit hop yields)
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
+            await self._commit_round(leader)
+        finally:
+            lock.release()
 
     async def _commit_round(self, leader: _SqliteWriteHandle) -> None:
         """Commit every queued handle's staged events in one transaction (writer lock held)."""
         self._flush_queue[leader] = None
-        batch = [h for h in self._flush_queue if h._staged and not h._lost]
-        sizes = [len(h._staged) for h in batch]
-        work = [(h._session_id, h._token, h._staged[:n]) for h, n in zip(batch, sizes, strict=True)]
-        try:
-            results = await self._thread(
-                partial(self._writer_call, partial(_commit_sync, work=work))
-            )
-        except StoreError as exc:
-            for handle in batch:
-                self._flush_queue.pop(handle, None)
-                handle._flush_error = StoreError(exc.message)
-            return
-        self._commits += 1
-        for handle, n, error in zip(batch, sizes, results, strict=True):
+        batch = [h for h in self._flush_queue if h._staged and not (h._lost or h._failure)]
+        for handle in batch:
             self._flush_queue.pop(handle, None)
-            if error is None:
-                handle._stored_count += n
-                del handle._staged[:n]
-                self._handles_committed += 1
-                self._events_committed += n
+        delays = iter(_RETRY_DELAYS)
+        while batch:
+            work = [
+                sql.Work(h._session_id, h._token, h._stored_count, list(h._staged)) for h in batch
+            ]
+            attempt = await run_in_worker(partial(self._commit_call, work))
+            if attempt.results is not None:
+                self._committed_round()
+                for handle, w, result in zip(batch, work, attempt.results, strict=True):
+                    self._settle_handle(handle, len(w.events), result)
+                return
+            failure = attempt.failure
+            assert failure is not None
+            batch = self._after_failure(batch, work, attempt)
+            delay = next(delays, None) if batch else None
+            if delay is None or not (attempt.broken or sql.is_busy(failure)):
+                for handle in batch:  # nothing stored: the events stay staged
+                    handle._flush_error = self._error(failure)
+                return
+            self._retries += 1
+            await trio.sleep(delay)
+
+    def _committed_round(self) -> None:
+        self._commits += 1
+        self._commits_since_checkpoint += 1
+        if self._commits_since_checkpoint >= _CHECKPOINT_EVERY and self._checkpointing is None:
+            self._commits_since_checkpoint = 0
+            self._start_checkpoint()
+
+    def _start_checkpoint(self) -> None:
+        """Checkpoint the WAL in a worker thread, off every flush's path.
+
+        A checkpoint fsyncs (with ``synchronous=NORMAL``) and took milliseconds inside the
+        commit that crossed SQLite's threshold, while every other flush waited behind it.
+        A passive checkpoint runs beside commits; ``aclose`` waits for it. A failure is
+        ignored: the writer's own autocheckpoint remains the backstop.
+        """
+        done = self._checkpointing = trio.Event()
+        token = trio.lowlevel.current_trio_token()
+
+        def finished(ok: bool) -> None:
+            self._checkpointing = None
+            self._checkpoints += ok
+            done.set()
+
+        def deliver(result: outcome.Outcome[None]) -> None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(finished, isinstance(result, outcome.Value))
+
+        trio.lowlevel.start_thread_soon(self._checkpoint_call, deliver)
+
+    def _settle_handle(
+        self, handle: _SqliteWriteHandle, count: int, error: Exception | None
+    ) -> None:
+        if error is None:
+            handle._committed(count)
+            self._handles_committed += 1
+            self._events_committed += count
+        else:
+            handle._lost = handle._lost or isinstance(error, SessionOwnershipLostError)
+            handle._flush_error = error
+
+    def _after_failure(
+        self, batch: list[_SqliteWriteHandle], work: list[sql.Work], attempt: _Round
+    ) -> list[_SqliteWriteHandle]:
+        """Apply a failed attempt; return the handles whose events are known not stored."""
+        if attempt.stored is None:  # the outcome is unknown: these handles write no more
+            for handle in batch:
+                handle._failure = StoreError(
+                    f"session {handle._session_id!r}: the outcome of a commit is unknown "
+                    f"({attempt.failure}; reading back failed: {attempt.unknown})"
+                )
+                handle._flush_error = handle._failure
+            return []
+        if any(attempt.stored):
+            self._committed_round()
+        pending = []
+        for handle, w, stored in zip(batch, work, attempt.stored, strict=True):
+            if stored:
+                self._settle_handle(handle, len(w.events), None)
             else:
-                handle._lost = handle._lost or isinstance(error, SessionOwnershipLostError)
-                handle._flush_error = error
+                pending.append(handle)
+        return pending
 
     # --- SessionStore ---
 
@@ -620,7 +610,8 @@ class SqliteStore:
         frozen = freeze(dict(header))
         sid = str(frozen["session_id"])
         me, token = await self._whoami(), secrets.token_hex(16)
-        await self._on_writer(partial(_acquire_sync, sid=sid, me=me, token=token, header=frozen))
+        acquire = partial(sql.acquire, sid=sid, me=me, token=token, header=frozen)
+        await self._on_writer(acquire)
         handle = _SqliteWriteHandle(self, sid, frozen, token, 0)
         if inherited_events:
             await handle.append(list(inherited_events))
@@ -640,32 +631,33 @@ class SqliteStore:
             SessionAlreadyOwnedError: ``mode="write"`` and a live writer owns it.
         """
         if mode == "read":
-            header = await self._on_reader(partial(_header_sync, sid=session_id))
+            header = await self._on_reader(partial(sql.header, sid=session_id))
             return _SqliteReadHandle(self, session_id, header)
         me, token = await self._whoami(), secrets.token_hex(16)
-        count, header_json = await self._on_writer(
-            partial(_acquire_sync, sid=session_id, me=me, token=token, header=None)
-        )
+        acquire = partial(sql.acquire, sid=session_id, me=me, token=token, header=None)
+        count, header_json = await self._on_writer(acquire)
         header = freeze(json.loads(header_json))
         return _SqliteWriteHandle(self, session_id, header, token, count)
 
     async def list(self) -> list[SessionInfo]:
         """List stored sessions (those with at least one stored event), oldest first."""
-        return await self._on_reader(partial(_infos_sync, sid=None))
+        return await self._on_reader(partial(sql.infos, sid=None))
 
     async def stat(self, session_id: str) -> SessionInfo | None:
         """Describe one stored session, or None when absent."""
-        infos = await self._on_reader(partial(_infos_sync, sid=session_id))
+        infos = await self._on_reader(partial(sql.infos, sid=session_id))
         return infos[0] if infos else None
 
     async def delete(self, session_id: str) -> None:
         """Delete a session, its events and its owner row (a live owner then loses it)."""
-        await self._on_writer(partial(_delete_sync, sid=session_id))
+        await self._on_writer(partial(sql.delete, sid=session_id))
 
     async def aclose(self) -> None:
         """Close the connections; the store reconnects if used again."""
         async with self._writer_lock, self._reader_lock:
-            conns = [c for c in (self._writer, self._reader) if c is not None]
-            self._writer = self._reader = None
+            if self._checkpointing is not None:
+                await self._checkpointing.wait()
+            conns = [c for c in (self._writer, self._reader, self._checkpointer) if c is not None]
+            self._writer = self._reader = self._checkpointer = None
             for conn in conns:
-                await self._thread(conn.close)
+                await self._hop(conn.close)

@@ -1,0 +1,354 @@
+"""``SqliteStore``'s synchronous side: the schema and every transaction, run in a worker thread.
+
+Nothing here touches trio. Each function is one whole transaction on the connection it is
+given (``BEGIN IMMEDIATE`` … ``COMMIT``), so it either happened or did not; when a failure
+leaves that unknown, ``settle`` and ``rows_stored`` tell which.
+
+The commit transaction checks ownership and position with one statement per handle: the
+``UPDATE`` of the session's summary row matches only if the owner row still carries the
+handle's token and the stored event count is the one the handle expects, so a fenced or
+confused handle inserts nothing. ``acquire``, ``release`` and ``delete`` are idempotent for
+the token that runs them, so the store may repeat them after a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Final, Literal
+
+import attrs
+
+from .._frozen import freeze, thaw
+from ..errors import (
+    SequenceConflictError,
+    SessionAlreadyExistsError,
+    SessionAlreadyOwnedError,
+    SessionNotFoundError,
+    SessionOwnershipLostError,
+)
+from ..events import Event, event_from_json
+from ..session.store import SessionInfo
+from ._rows import event_json, last_turn_end
+
+__all__ = [
+    "SCHEMA",
+    "Owner",
+    "Work",
+    "acquire",
+    "commit",
+    "delete",
+    "events",
+    "header",
+    "infos",
+    "is_busy",
+    "process_start_time",
+    "release",
+    "rows_stored",
+    "settle",
+]
+
+SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY,
+    agent_id TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    header TEXT NOT NULL,
+    event_count INTEGER NOT NULL DEFAULT 0,
+    last_turn_end TEXT
+);
+CREATE TABLE IF NOT EXISTS events (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    json TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS owners (
+    session_id TEXT PRIMARY KEY,
+    token TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    start_time TEXT,
+    acquired_at REAL NOT NULL
+);
+"""
+
+_CLAIM: Final = (
+    "UPDATE sessions SET event_count = event_count + ?, last_turn_end = coalesce(?, last_turn_end)"
+    " WHERE session_id = ? AND event_count = ?"
+    " AND EXISTS (SELECT 1 FROM owners WHERE session_id = ? AND token = ?)"
+)
+_INSERT: Final = "INSERT INTO events (session_id, seq, type, json) VALUES (?,?,?,?)"
+_RANGE: Final = "SELECT seq, json FROM events WHERE session_id=? AND seq>=? AND seq<? ORDER BY seq"
+#: SQLITE_BUSY and SQLITE_LOCKED: another connection holds the lock past the busy timeout.
+_BUSY_CODES: Final = (5, 6)
+
+
+@attrs.frozen
+class Owner:
+    """A process as an owner: host, pid and start time (None without ``/proc``)."""
+
+    host: str
+    pid: int
+    start_time: str | None
+
+
+@attrs.frozen
+class Work:
+    """One handle's part of a commit: its staged events and where they must go."""
+
+    session_id: str
+    token: str
+    stored: int
+    """The stored event count the handle expects (the first staged seq)."""
+    events: Sequence[Event]
+
+
+# --- failures -----------------------------------------------------------------------------------
+
+
+def is_busy(exc: BaseException) -> bool:
+    """True for SQLITE_BUSY / SQLITE_LOCKED (extended codes included): worth another try."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF in _BUSY_CODES
+
+
+def settle(conn: sqlite3.Connection) -> Literal["rolled-back", "unknown", "broken"]:
+    """After a failed transaction: roll back what is still open.
+
+    Returns ``rolled-back`` (nothing of it was committed), ``unknown`` (no transaction was open
+    any more: the failure came from ``BEGIN`` or ``COMMIT``, or SQLite rolled back on its own —
+    read back to know), or ``broken`` (the connection is unusable; close it, read back on a new
+    one).
+    """
+    try:
+        if not conn.in_transaction:
+            return "unknown"
+        conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        return "broken"
+    return "rolled-back"
+
+
+def rows_stored(conn: sqlite3.Connection, work: Work) -> bool:
+    """Read back after an unknown outcome: True if all of ``work`` is stored, False if none is.
+
+    Raises:
+        SequenceConflictError: a part, or different content, is stored at those seqs.
+    """
+    first = work.stored
+    found = conn.execute(_RANGE, (work.session_id, first, first + len(work.events))).fetchall()
+    if not found:
+        return False
+    wanted = [(e.seq, event_json(e)) for e in work.events]
+    if found == wanted:
+        return True
+    raise SequenceConflictError(
+        f"session {work.session_id!r}: after a failed commit, the stored events differ"
+    )
+
+
+@contextlib.contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+# --- ownership ------------------------------------------------------------------------------------
+
+
+def process_start_time(pid: int) -> tuple[bool, str | None]:
+    """Return (alive, start time) of ``pid``; start time is None without ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return False, None
+    except OSError:
+        return _pid_exists(pid), None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    if fields[0] in (b"Z", b"X"):  # a zombie has exited; only its parent has not reaped it
+        return False, None
+    return True, fields[19].decode()
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _owner_alive(me: Owner, host: str, pid: int, start_time: str | None) -> bool:
+    if host != me.host:
+        return True  # no way to check another host: assume alive
+    if pid == me.pid:
+        return start_time == me.start_time
+    alive, current = process_start_time(pid)
+    return alive and (start_time is None or current is None or current == start_time)
+
+
+def _owned_error(session_id: str, host: str, pid: int) -> SessionAlreadyOwnedError:
+    owner = f"pid {pid} on host {host}"
+    return SessionAlreadyOwnedError(f"session {session_id!r} is owned by {owner}", owner=owner)
+
+
+def acquire(
+    conn: sqlite3.Connection, sid: str, me: Owner, token: str, header: Mapping[str, Any] | None
+) -> tuple[int, str]:
+    """Take ownership (create the session when ``header`` is given); return count and header.
+
+    Repeating it with the same ``token`` after an unknown outcome is harmless: an owner row
+    that already carries ``token`` is this very claim.
+    """
+    with _immediate(conn):
+        row = conn.execute("SELECT event_count FROM sessions WHERE session_id=?", (sid,)).fetchone()
+        if header is not None and row is not None and row[0] > 0:
+            raise SessionAlreadyExistsError(f"session {sid!r} already exists")
+        owner = conn.execute(
+            "SELECT token, host, pid, start_time FROM owners WHERE session_id=?", (sid,)
+        ).fetchone()
+        if owner is not None and owner[0] != token and _owner_alive(me, *owner[1:]):
+            raise _owned_error(sid, owner[1], owner[2])
+        if header is None:
+            if row is None or row[0] == 0:
+                raise SessionNotFoundError(f"session {sid!r} not found")
+            count = int(row[0])
+            header_json = str(
+                conn.execute("SELECT header FROM sessions WHERE session_id=?", (sid,)).fetchone()[0]
+            )
+        else:  # reclaim whatever a never-flushed earlier create left behind
+            header_json = json.dumps(thaw(header), ensure_ascii=False)
+            conn.execute("DELETE FROM events WHERE session_id=?", (sid,))
+            conn.execute("DELETE FROM sessions WHERE session_id=?", (sid,))
+            conn.execute(
+                "INSERT INTO sessions (session_id, agent_id, created_at, header) VALUES (?,?,?,?)",
+                (
+                    sid,
+                    str(header.get("agent_id", "")),
+                    str(header.get("created_at", "")),
+                    header_json,
+                ),
+            )
+            count = 0
+        conn.execute(
+            "INSERT OR REPLACE INTO owners VALUES (?,?,?,?,?,?)",
+            (sid, token, me.host, me.pid, me.start_time, time.time()),
+        )
+    return count, header_json
+
+
+def release(conn: sqlite3.Connection, sid: str, token: str, drop_if_empty: bool) -> None:
+    """Give ownership up (and drop the session if it has no stored event)."""
+    with _immediate(conn):
+        cur = conn.execute("DELETE FROM owners WHERE session_id=? AND token=?", (sid, token))
+        if cur.rowcount and drop_if_empty:
+            conn.execute("DELETE FROM sessions WHERE session_id=? AND event_count=0", (sid,))
+
+
+def delete(conn: sqlite3.Connection, sid: str) -> None:
+    """Delete a session, its events and its owner row."""
+    with _immediate(conn):
+        for table in ("events", "owners", "sessions"):
+            conn.execute(f"DELETE FROM {table} WHERE session_id=?", (sid,))
+
+
+# --- the commit -------------------------------------------------------------------------------
+
+
+def commit(conn: sqlite3.Connection, work: Sequence[Work]) -> list[Exception | None]:
+    """Store several handles' staged events in one transaction; per-handle refusals are returned.
+
+    A refused handle (``SessionOwnershipLostError``, ``SequenceConflictError``) stores nothing;
+    the others commit. A database error aborts the whole transaction and propagates.
+    """
+    prepared = [
+        (
+            w,
+            [(w.session_id, e.seq, e.type, event_json(e)) for e in w.events],
+            last_turn_end(w.events),
+        )
+        for w in work
+    ]
+    results: list[Exception | None] = []
+    conn.execute("BEGIN IMMEDIATE")
+    for w, rows, last in prepared:
+        claim = (len(rows), last, w.session_id, w.stored, w.session_id, w.token)
+        if conn.execute(_CLAIM, claim).rowcount == 1:
+            conn.executemany(_INSERT, rows)
+            results.append(None)
+        else:
+            results.append(_refusal(conn, w))
+    conn.execute("COMMIT")
+    return results
+
+
+def _refusal(conn: sqlite3.Connection, w: Work) -> Exception:
+    owner = conn.execute("SELECT token FROM owners WHERE session_id=?", (w.session_id,)).fetchone()
+    if owner is None or owner[0] != w.token:
+        return SessionOwnershipLostError(f"session {w.session_id!r}: write ownership was lost")
+    row = conn.execute(
+        "SELECT event_count FROM sessions WHERE session_id=?", (w.session_id,)
+    ).fetchone()
+    return SequenceConflictError(
+        f"session {w.session_id!r}: {row[0] if row else 0} events are stored, "
+        f"the handle expected {w.stored}"
+    )
+
+
+# --- reads ------------------------------------------------------------------------------------
+
+
+def events(conn: sqlite3.Connection, sid: str, start: int, stop: int | None) -> list[Event]:
+    """Stored events ``start .. stop`` of one session."""
+    rows = conn.execute(
+        "SELECT json FROM events WHERE session_id=? AND seq>=? AND seq<? ORDER BY seq",
+        (sid, start, 2**62 if stop is None else stop),
+    ).fetchall()
+    return [event_from_json(row[0]) for row in rows]
+
+
+def header(conn: sqlite3.Connection, sid: str) -> Mapping[str, Any]:
+    """The header of a session with stored events."""
+    row = conn.execute(
+        "SELECT header FROM sessions WHERE session_id=? AND event_count>0", (sid,)
+    ).fetchone()
+    if row is None:
+        raise SessionNotFoundError(f"session {sid!r} not found")
+    return freeze(json.loads(row[0]))  # type: ignore[no-any-return]
+
+
+def _info(row: tuple[str, int, str | None]) -> SessionInfo:
+    head = json.loads(row[0])
+    return SessionInfo(
+        session_id=str(head["session_id"]),
+        agent_id=str(head.get("agent_id", "")),
+        created_at=str(head.get("created_at", "")),
+        event_count=row[1],
+        last_turn_end=None if row[2] is None else freeze(json.loads(row[2])),
+    )
+
+
+def infos(conn: sqlite3.Connection, sid: str | None) -> list[SessionInfo]:
+    """``SessionInfo`` of every stored session (or of ``sid``), oldest first."""
+    query = "SELECT header, event_count, last_turn_end FROM sessions WHERE event_count>0"
+    if sid is None:
+        rows = conn.execute(query + " ORDER BY created_at, session_id").fetchall()
+    else:
+        rows = conn.execute(query + " AND session_id=?", (sid,)).fetchall()
+    return [_info(row) for row in rows]

@@ -1,0 +1,91 @@
+"""``SqliteStore`` specifics beyond the shared contract: busy retries, checkpoints, the seam."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from dsh_agent_loop.errors import StoreError
+from dsh_agent_loop.stores import SqliteStore
+from dsh_agent_loop.stores import sqlite as sqlite_module
+
+from .conftest import ev, header
+
+
+async def stored(store: SqliteStore, sid: str) -> list[Any]:
+    handle = await store.open(sid, "read")
+    return list(await handle.read())
+
+
+async def test_a_busy_database_is_waited_for_and_retried(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with SqliteStore(path, busy_timeout=0.02) as store:
+        handle = await store.create(header("s1"))
+        await handle.append([ev(0)])
+        await handle.flush()
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        await handle.append([ev(1)])
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(handle.flush)
+            await trio.sleep(0.1)  # past the busy timeout: SQLITE_BUSY, retried
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert store.statistics().retries >= 1
+        await handle.close()
+        assert await stored(store, "s1") == [ev(0), ev(1)]
+
+
+async def test_busy_for_too_long_fails_the_flush_and_keeps_the_events(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with SqliteStore(path, busy_timeout=0.01) as store:
+        handle = await store.create(header("s1"))
+        await handle.append([ev(0)])
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StoreError, match="locked"):
+            await handle.flush()  # every retry found the lock taken
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        await handle.flush()  # nothing was stored, nothing was lost: the retry goes through
+        await handle.close()
+        assert await stored(store, "s1") == [ev(0)]
+
+
+async def test_wal_checkpoints_run_beside_commits_and_close_waits_for_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_module, "_CHECKPOINT_EVERY", 3)
+    store = SqliteStore(tmp_path / "s.db")
+    handle = await store.create(header("s1"))
+    for i in range(10):
+        await handle.append([ev(i)])
+        await handle.flush()
+    await handle.close()
+    await store.aclose()  # waits for a checkpoint still running, closes its connection
+    assert store.statistics().checkpoints >= 1
+    assert store._checkpointer is None
+    assert store._checkpointing is None
+    async with SqliteStore(tmp_path / "s.db") as again:
+        assert len(await stored(again, "s1")) == 10
+
+
+async def test_connection_factory_is_used_for_every_connection(tmp_path: Path) -> None:
+    opened: list[str] = []
+
+    class Counting(sqlite3.Connection):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            opened.append("conn")
+
+    async with SqliteStore(tmp_path / "s.db", connection_factory=Counting) as store:
+        handle = await store.create(header("s1"))
+        await handle.append([ev(0)])
+        await handle.close()
+        assert await stored(store, "s1") == [ev(0)]
+        assert isinstance(store._writer, Counting)
+    assert len(opened) == 2  # the writer and the reader
