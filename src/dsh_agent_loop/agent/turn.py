@@ -196,7 +196,7 @@ def _close_open_work(agent: Agent, st: TurnState) -> None:
     if st.asm is not None:
         asm, st.asm = st.asm, None
         if asm.delivered:
-            content = asm.content()
+            content = _unique_call_ids(agent, asm.content())
             data = {
                 "turn": st.turn,
                 "step": st.step,
@@ -669,7 +669,7 @@ def _settle_stream(
         return failure
     assert finish is not None
     stream = _stream_record(st.attempt, finish.reason, finish.stop_reason)
-    message = FrozenDict(role="assistant", content=asm.content())
+    message = FrozenDict(role="assistant", content=_unique_call_ids(agent, asm.content()))
     record: dict[str, Any] = {
         "turn": st.turn,
         "step": st.step,
@@ -684,6 +684,33 @@ def _settle_stream(
         st.max_tokens = True
         st.truncated = asm.has_cut_tool_call()
     return message
+
+
+def _unique_call_ids(agent: Agent, content: tuple[FrozenDict, ...]) -> tuple[FrozenDict, ...]:
+    """Rename tool-call ids already used in this session (a model may repeat or omit them).
+
+    Every call must get exactly one ``tool/call`` and one ``tool/result``, and providers reject a
+    request whose tool-call ids repeat; so a repeated (or empty) id becomes ``<id>~<n>``.
+    """
+    used = agent.log.state.call_ids or set()
+    seen: set[str] = set()
+    out: list[FrozenDict] | None = None
+    for i, block in enumerate(content):
+        if block["type"] != "tool-call":
+            continue
+        call_id = block["call_id"]
+        if call_id and call_id not in used and call_id not in seen:
+            seen.add(call_id)
+            continue
+        n = 2
+        while f"{call_id}~{n}" in used or f"{call_id}~{n}" in seen:
+            n += 1
+        new_id = f"{call_id}~{n}"
+        seen.add(new_id)
+        if out is None:
+            out = list(content)
+        out[i] = FrozenDict({**block, "call_id": new_id})
+    return content if out is None else tuple(out)
 
 
 def _stream_record(attempt: int, finish: str, stop_reason: str | None) -> FrozenDict:

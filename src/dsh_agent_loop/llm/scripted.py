@@ -158,6 +158,9 @@ class ScriptedModel:
         self.requests: list[ModelRequest] = []
         self._next = 0
         self._call_ids = itertools.count(1)
+        # Explicit call ids in the script are reserved, so numbered ids never collide with them.
+        self._reserved: set[str] = set()
+        self._reserve(self.replies)
         self._prepared: PreparedCall | None = None
 
     @classmethod
@@ -174,6 +177,18 @@ class ScriptedModel:
     def add(self, *entries: ScriptEntry) -> None:
         """Append entries to the script."""
         self.replies.extend(entries)
+        self._reserve(entries)
+
+    def _reserve(self, entries: Iterable[ScriptEntry]) -> None:
+        for entry in entries:
+            if isinstance(entry, Reply):
+                self._reserved.update(cid for _, _, cid in entry.calls if cid is not None)
+
+    def _new_call_id(self) -> str:
+        while True:
+            cid = f"call-{next(self._call_ids)}"
+            if cid not in self._reserved:
+                return cid
 
     async def prepare_call(self, config: Mapping[str, Any]) -> PreparedCall:
         """Resolve ``config`` (nothing to default) for this scripted route."""
@@ -247,7 +262,7 @@ class ScriptedModel:
     async def _tool_call(
         self, index: int, name: str, raw: str, call_id: str | None, *, complete: bool
     ) -> AsyncIterator[Chunk]:
-        cid = call_id or f"call-{next(self._call_ids)}"
+        cid = call_id or self._new_call_id()
         yield BlockStart(index, "tool-call", call_id=cid, name=name)
         if raw:
             await self._pause()

@@ -14,6 +14,7 @@ from typing import Any, Final
 from .._frozen import FrozenDict
 from ..errors import AgentLoopError
 from ..events import (
+    ASSISTANT_MESSAGE,
     INBOX_SPLICED,
     REQUEST_CONTEXT,
     REQUEST_HEADER,
@@ -97,6 +98,7 @@ class LoopState:
     """What the driver derives from the log: turns, steps, request records, context text."""
 
     __slots__ = (
+        "call_ids",
         "context",
         "header",
         "open_step",
@@ -107,7 +109,16 @@ class LoopState:
     )
 
     types = frozenset(
-        {TURN_START, TURN_END, STEP_START, STEP_END, REQUEST_HEADER, REQUEST_CONTEXT, USER_MESSAGE}
+        {
+            TURN_START,
+            TURN_END,
+            STEP_START,
+            STEP_END,
+            REQUEST_HEADER,
+            REQUEST_CONTEXT,
+            USER_MESSAGE,
+            ASSISTANT_MESSAGE,
+        }
     )
 
     def __init__(self) -> None:
@@ -121,6 +132,15 @@ class LoopState:
         """The latest ``request/context`` data."""
         self.runtime_context: str | None = None
         """Text of the latest runtime-context ``user/message``."""
+        self.call_ids: set[str] | None = None
+        """Tool-call ids of every assistant message (made on the first call)."""
+
+    def _note_calls(self, content: tuple[FrozenDict, ...]) -> None:
+        for block in content:
+            if block["type"] == "tool-call":
+                if self.call_ids is None:
+                    self.call_ids = set()
+                self.call_ids.add(block["call_id"])
 
     def fold(self, event: Event) -> None:
         """Fold one event."""
@@ -142,6 +162,8 @@ class LoopState:
             self.header = data["header"]
         elif t == REQUEST_CONTEXT:
             self.context = data
+        elif t == ASSISTANT_MESSAGE:
+            self._note_calls(data["message"]["content"])
         elif t == USER_MESSAGE:
             message = data["message"]
             if message.get("source") == RUNTIME_CONTEXT_SOURCE:
