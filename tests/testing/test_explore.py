@@ -68,7 +68,7 @@ def retry_model():
     ("name", "providers", "tools", "min_k"),
     [
         ("text", text_model, (), 8),
-        ("tools", tools_model, (set_note, weather), 20),
+        ("tools", tools_model, (set_note, weather), 16),
         ("retry", retry_model, (), 8),
     ],
 )

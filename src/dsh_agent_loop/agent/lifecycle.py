@@ -333,8 +333,11 @@ class Agents:
         self._emit(
             AGENT_SESSION_START, {"agent_id": agent.id, "session_id": session.id, "source": source}
         )
-        await self._nursery.start(writer.run)
-        await self._nursery.start(self._drive, entered)
+        # start_soon, not start: both actors are driven by level-triggered flags, so nothing has
+        # to wait for them to be running, and a started-handshake would keep a temporary
+        # nursery's cancel status alive per actor (thousands of agents live in one process).
+        self._nursery.start_soon(writer.run)
+        self._nursery.start_soon(self._drive, entered)
         if source == "resume" and agent.inbox.next_turn:
             agent._wake()  # queued work survives a crash and goes on
         return entered

@@ -147,6 +147,7 @@ class SessionWriter:
         self._commit_done: trio.Event | None = None
         self._failure: BaseException | None = None
         self._stopped = Latch()
+        session.on_append = self.wake
         self._commits = 0
         self._events_committed = 0
 
@@ -219,8 +220,9 @@ class SessionWriter:
     # -- the actor ---------------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Commit until closed; then commit what is left and close the handle."""
-        self.session.on_append = self.wake
-        self._dirty = self.session.has_pending() or self._handed_seq > self._committed_seq
+        self._dirty = (
+            self._dirty or self.session.has_pending() or self._handed_seq > self._committed_seq
+        )
         if self._dirty and self._timer is not None:
             self._timer.note(self)  # the seed written at create/resume commits without a barrier
         ttl = self.handle.lease_ttl
