@@ -1,18 +1,25 @@
-"""Shared append rules for backends: validate a batch against what is stored.
+"""Shared handle rules for backends: read ranges, and validate a batch against what is stored.
 
 A retried batch must be neither lost nor duplicated: the leading events that are already
 stored with identical content are skipped; a different event at a stored seq, or a gap,
-is a ``SequenceConflictError``.
+is a ``SequenceConflictError``. Write handles stage appends in memory until ``flush``; the
+helpers here read across the stored prefix and the staged events, and stage a batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final
+
+import trio
 
 from ..errors import SequenceConflictError
 from ..events import Event
 
-__all__ = ["new_suffix"]
+__all__ = ["check_range", "new_suffix", "read_stored_and_staged", "stage"]
+
+#: Stands for "not stored at this seq" when comparing a retried batch.
+_MISSING: Final = Event(type="", seq=-1, time=0.0, data={})
 
 
 def new_suffix(
@@ -50,3 +57,58 @@ def new_suffix(
             )
         skip += 1
     return events[skip:]
+
+
+def check_range(offset: int, length: int | None) -> int | None:
+    """The stop index of ``read(offset, length)`` (None: to the end).
+
+    Raises:
+        ValueError: a negative offset or length.
+    """
+    if offset < 0 or (length is not None and length < 0):
+        raise ValueError("offset and length must not be negative")
+    return None if length is None else offset + length
+
+
+Fetch = Callable[[int, int], Awaitable[list[Event]]]
+"""Reads stored events ``start .. stop`` (exclusive) of one session."""
+
+
+async def read_stored_and_staged(
+    offset: int, length: int | None, stored: int, staged: Sequence[Event], fetch: Fetch
+) -> list[Event]:
+    """A write handle's ``read``: the stored prefix (via ``fetch``) then its staged events."""
+    stop = check_range(offset, length)
+    staged = list(staged)
+    total = stored + len(staged)
+    stop = total if stop is None else min(stop, total)
+    out: list[Event] = []
+    if offset < stored:
+        out = await fetch(offset, min(stop, stored))
+    else:
+        await trio.lowlevel.checkpoint()
+    out.extend(staged[max(offset - stored, 0) : max(stop - stored, 0)])
+    return out
+
+
+async def stage(
+    session_id: str, stored: int, staged: list[Event], events: Sequence[Event], fetch: Fetch
+) -> None:
+    """A write handle's ``append``: compare the part already stored, stage the new suffix.
+
+    Staging without overlap does not yield (the flush that follows does), which saves the
+    session writer a scheduler pass per commit.
+
+    Raises:
+        SequenceConflictError: see ``new_suffix``.
+    """
+    first = events[0].seq if events else None
+    by_seq: dict[int | None, Event] = {}
+    if first is not None and 0 <= first < stored:
+        overlap = await fetch(first, min(first + len(events), stored))
+        by_seq = {e.seq: e for e in overlap}
+
+    def stored_at(seq: int) -> Event:
+        return by_seq.get(seq, _MISSING) if seq < stored else staged[seq - stored]
+
+    staged.extend(new_suffix(session_id, stored + len(staged), events, stored_at))

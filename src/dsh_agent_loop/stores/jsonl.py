@@ -39,7 +39,7 @@ from ..errors import (
 )
 from ..events import Event, event_from_json, event_to_json
 from ..session.store import ReadHandle, SessionInfo, WriteHandle, info_from_events
-from ._check import new_suffix
+from ._check import check_range, new_suffix
 
 __all__ = ["JsonlStore"]
 
@@ -261,12 +261,6 @@ def _list_sync(directory: str) -> list[SessionInfo]:
     return infos
 
 
-def _check_range(offset: int, length: int | None) -> int | None:
-    if offset < 0 or (length is not None and length < 0):
-        raise ValueError("offset and length must not be negative")
-    return None if length is None else offset + length
-
-
 @attrs.define(eq=False)
 class _JsonlReadHandle:
     _store: JsonlStore
@@ -282,7 +276,7 @@ class _JsonlReadHandle:
         return self._header
 
     async def read(self, offset: int = 0, length: int | None = None) -> list[Event]:
-        stop = _check_range(offset, length)
+        stop = check_range(offset, length)
         log = await self._store._thread(partial(_read_path, self._store._path(self._session_id)))
         return [] if log is None else log.events[offset:stop]
 
@@ -317,7 +311,7 @@ class _JsonlWriteHandle:
         return None
 
     async def read(self, offset: int = 0, length: int | None = None) -> list[Event]:
-        stop = _check_range(offset, length)
+        stop = check_range(offset, length)
         await trio.lowlevel.checkpoint()
         return (self._stored + self._staged)[offset:stop]
 

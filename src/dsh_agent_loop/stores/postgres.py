@@ -44,7 +44,7 @@ from ..errors import (
 from ..events import Event
 from ..session.store import ReadHandle, SessionInfo, WriteHandle
 from . import _postgres_sync as pg
-from ._check import new_suffix
+from ._check import check_range, read_stored_and_staged, stage
 from ._rows import last_turn_end
 
 __all__ = ["PostgresStore"]
@@ -62,12 +62,6 @@ _RETRY_DELAYS: Final = (0.01, 0.05, 0.25)
 # --- handles -----------------------------------------------------------------------------------
 
 
-def _check_range(offset: int, length: int | None) -> int | None:
-    if offset < 0 or (length is not None and length < 0):
-        raise ValueError("offset and length must not be negative")
-    return None if length is None else offset + length
-
-
 @attrs.define(eq=False)
 class _PgReadHandle:
     _store: PostgresStore
@@ -83,7 +77,7 @@ class _PgReadHandle:
         return self._header
 
     async def read(self, offset: int = 0, length: int | None = None) -> list[Event]:
-        stop = _check_range(offset, length)
+        stop = check_range(offset, length)
         return await self._store._run_again(
             partial(pg.events, sid=self._session_id, start=offset, stop=stop)
         )
@@ -116,40 +110,19 @@ class _PgWriteHandle:
     def lease_ttl(self) -> float | None:
         return self._store.lease_ttl
 
+    async def _fetch(self, start: int, stop: int) -> list[Event]:
+        fetch = partial(pg.events, sid=self._session_id, start=start, stop=stop)
+        return await self._store._run_again(fetch)
+
     async def read(self, offset: int = 0, length: int | None = None) -> list[Event]:
-        stop = _check_range(offset, length)
-        stored, staged = self._stored_count, list(self._staged)
-        total = stored + len(staged)
-        stop = total if stop is None else min(stop, total)
-        out: list[Event] = []
-        if offset < stored:
-            fetch = partial(pg.events, sid=self._session_id, start=offset, stop=min(stop, stored))
-            out = await self._store._run_again(fetch)
-        else:
-            await trio.lowlevel.checkpoint()
-        out.extend(staged[max(offset - stored, 0) : max(stop - stored, 0)])
-        return out
+        return await read_stored_and_staged(
+            offset, length, self._stored_count, self._staged, self._fetch
+        )
 
     async def append(self, events: Sequence[Event]) -> None:
         self._check_usable()
-        first = events[0].seq if events else None
-        overlap: list[Event] = []
-        if first is not None and 0 <= first < self._stored_count:
-            stop = min(first + len(events), self._stored_count)
-            fetch = partial(pg.events, sid=self._session_id, start=first, stop=stop)
-            overlap = await self._store._run_again(fetch)
-        else:
-            await trio.lowlevel.checkpoint()
+        await stage(self._session_id, self._stored_count, self._staged, events, self._fetch)
         self._check_usable()
-        stored = self._stored_count
-        by_seq = {e.seq: e for e in overlap}
-
-        def stored_at(seq: int) -> Event:
-            return by_seq.get(seq, _MISSING) if seq < stored else self._staged[seq - stored]
-
-        self._staged.extend(
-            new_suffix(self._session_id, stored + len(self._staged), events, stored_at)
-        )
 
     async def flush(self) -> None:
         self._check_usable()
@@ -277,9 +250,6 @@ class _PgWriteHandle:
             raise trio.ClosedResourceError("write handle is closed")
         if self._failure is not None:
             raise self._failure
-
-
-_MISSING: Final = Event(type="", seq=-1, time=0.0, data={})
 
 
 # --- the store ---------------------------------------------------------------------------------

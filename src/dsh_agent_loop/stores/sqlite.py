@@ -52,7 +52,7 @@ from ..errors import (
 from ..events import Event
 from ..session.store import ReadHandle, SessionInfo, WriteHandle
 from . import _sqlite_sync as sql
-from ._check import new_suffix
+from ._check import check_range, read_stored_and_staged, stage
 from ._threads import run_in_worker
 
 __all__ = ["SqliteStore", "SqliteStoreStatistics"]
@@ -102,12 +102,6 @@ class _Round:
     """The failure left the connection unusable (it was replaced)."""
 
 
-def _check_range(offset: int, length: int | None) -> int | None:
-    if offset < 0 or (length is not None and length < 0):
-        raise ValueError("offset and length must not be negative")
-    return None if length is None else offset + length
-
-
 # --- handles -----------------------------------------------------------------------------------
 
 
@@ -126,7 +120,7 @@ class _SqliteReadHandle:
         return self._header
 
     async def read(self, offset: int = 0, length: int | None = None) -> list[Event]:
-        stop = _check_range(offset, length)
+        stop = check_range(offset, length)
         return await self._store._on_reader(
             partial(sql.events, sid=self._session_id, start=offset, stop=stop)
         )
@@ -161,45 +155,21 @@ class _SqliteWriteHandle:
     def lease_ttl(self) -> float | None:
         return None
 
+    async def _fetch(self, start: int, stop: int) -> list[Event]:
+        return await self._store._on_reader(
+            partial(sql.events, sid=self._session_id, start=start, stop=stop)
+        )
+
     async def read(self, offset: int = 0, length: int | None = None) -> list[Event]:
-        stop = _check_range(offset, length)
-        stored, staged = self._stored_count, list(self._staged)
-        total = stored + len(staged)
-        stop = total if stop is None else min(stop, total)
-        out: list[Event] = []
-        if offset < stored:
-            out = await self._store._on_reader(
-                partial(sql.events, sid=self._session_id, start=offset, stop=min(stop, stored))
-            )
-        else:
-            await trio.lowlevel.checkpoint()
-        out.extend(staged[max(offset - stored, 0) : max(stop - stored, 0)])
-        return out
+        return await read_stored_and_staged(
+            offset, length, self._stored_count, self._staged, self._fetch
+        )
 
     async def append(self, events: Sequence[Event]) -> None:
         self._check_usable()
-        first = events[0].seq if events else None
-        overlap: list[Event] = []
-        if first is not None and 0 <= first < self._stored_count:
-            stop = min(first + len(events), self._stored_count)
-            overlap = await self._store._on_reader(
-                partial(sql.events, sid=self._session_id, start=first, stop=stop)
-            )
-            self._check_usable()
-        # else: staging is synchronous and does not yield (the flush that follows does), which
-        # saves the session writer a scheduler pass per commit
-        stored = self._stored_count
-
-        def stored_at(seq: int) -> Event:
-            if seq < stored:
-                assert first is not None
-                index = seq - first
-                return overlap[index] if 0 <= index < len(overlap) else _MISSING
-            return self._staged[seq - stored]
-
-        self._staged.extend(
-            new_suffix(self._session_id, stored + len(self._staged), events, stored_at)
-        )
+        staged = self._staged
+        await stage(self._session_id, self._stored_count, staged, events, self._fetch)
+        self._check_usable()
 
     async def flush(self) -> None:
         self._check_usable()
@@ -277,9 +247,6 @@ class _SqliteWriteHandle:
     def _committed(self, count: int) -> None:
         self._stored_count += count
         del self._staged[:count]
-
-
-_MISSING: Final = Event(type="", seq=-1, time=0.0, data={})
 
 
 # --- the store ---------------------------------------------------------------------------------
