@@ -119,8 +119,6 @@ class Agent:
         "_disposing",
         "_idle_waiters",
         "_lot",
-        "_services",
-        "_session",
         "_status",
         "_status_value",
         "_stopped",
@@ -136,12 +134,14 @@ class Agent:
         "hooks",
         "id",
         "inbox",
+        "log",
         "on_driver_start",
         "options",
         "parent",
         "request_cache",
         "scope",
         "seen_generation",
+        "services",
         "session",
         "store_failure",
         "writer",
@@ -158,9 +158,11 @@ class Agent:
         self.id: str = options.id
         self.options = options
         self.parent = parent
-        self._session = session
+        self.log: Session = session
+        """The agent's (writable) session; for the turn machine and lifecycle."""
         self.session = SessionView(session)
-        self._services = services
+        self.services: Services = services
+        """The runtime services this agent uses."""
         self._bus = HookBus()
         self.hooks = HookChain(services.hooks, self._bus)
         self.scope = AgentScope(self._bus, options.persona)
@@ -191,7 +193,7 @@ class Agent:
     @property
     def session_id(self) -> str:
         """The id of the agent's session."""
-        return self._session.id
+        return self.log.id
 
     def __repr__(self) -> str:
         return f"<Agent {self.id!r} session={self.session_id!r} {self._status}>"
@@ -281,7 +283,7 @@ class Agent:
             return
         payload = dict(data)
         payload.setdefault("agent_id", self.id)
-        self.publish(make_event(event_type, None, self._services.clock(), FrozenDict(payload)))
+        self.publish(make_event(event_type, None, self.services.clock(), FrozenDict(payload)))
 
     notify = _notify
 
@@ -390,16 +392,6 @@ class Agent:
         """Called by the turn machine once ``turn/end`` is appended."""
         self._turn_scope = None
 
-    @property
-    def services(self) -> Services:
-        """The runtime services this agent uses."""
-        return self._services
-
-    @property
-    def log(self) -> Session:
-        """The agent's (writable) session; for the turn machine and lifecycle."""
-        return self._session
-
     async def stop(self, cause: str = "disposed") -> None:
         """Cancel the running turn (keeping the inbox), stop the driver, and wait for it."""
         self.cancel(cause, keep_inbox=True)
@@ -421,7 +413,7 @@ class Agent:
         """A snapshot of this agent's counters."""
         return AgentStatistics(
             turns=self._turns,
-            events=len(self._session),
+            events=len(self.log),
             status=self._status,
             subscribers=len(self._subscribers),
         )

@@ -19,7 +19,7 @@ started); calls never dispatched get a ``tool/call`` and ``ABORTED_BEFORE_DISPAT
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -34,13 +34,22 @@ from ..events import (
     TOOL_RESULT,
     make_event,
 )
+from ..session.projections import NEXT_STEP
 from ..session.records import tool_call_data, tool_result_data
-from ..tools.base import ArgumentsError, Tool, ToolContext, ToolResult, parse_arguments
+from ..tools.base import (
+    ArgumentsError,
+    Tool,
+    ToolContext,
+    ToolResult,
+    make_context,
+    parse_arguments,
+)
 from ..tools.pipeline import ABORTED_BEFORE_DISPATCH_TEXT, ABORTED_TEXT, Deny
 
 if TYPE_CHECKING:
     from ..hooks import HookChain
     from ..session.log import Session
+    from .driver import Agent
 
 __all__ = ["ToolBatch"]
 
@@ -71,11 +80,12 @@ class _Call:
         self.arguments: dict[str, Any] | None = None
         self.call_seq: int | None = None
         self.started = False
-        self.result: ToolResult | None = None
+        self.result: ToolResult | str | None = None
+        """A plain string is a successful text result (no ``ToolResult`` built for it)."""
         self.error_name: str | None = None
         self.done: trio.Event | None = None
 
-    def finish(self, result: ToolResult, error_name: str | None = None) -> None:
+    def finish(self, result: ToolResult | str, error_name: str | None = None) -> None:
         self.result = result
         self.error_name = error_name
         if self.done is not None:
@@ -87,31 +97,20 @@ class ToolBatch:
 
     def __init__(
         self,
-        *,
-        session: Session,
-        hooks: HookChain,
+        agent: Agent,
         tools: Mapping[str, Tool],
         blocks: Sequence[FrozenDict],
         turn: int,
         step: int,
-        limit: int,
-        flush: Callable[[], Awaitable[None]],
-        context: Callable[[str], ToolContext],
-        inject: Callable[[str], None],
-        agent: Any,
     ) -> None:
-        self._session = session
-        self._hooks = hooks
+        self._agent = agent
+        self._session: Session = agent.log
+        self._hooks: HookChain = agent.hooks
         self._tools = tools
         self._calls = [_Call(b) for b in blocks]
         self._turn = turn
         self._step = step
-        self._limit = max(1, limit)
         self._limiter: trio.CapacityLimiter | None = None
-        self._flush = flush
-        self._context = context
-        self._inject = inject
-        self._agent = agent
         self._head = 0
         self._to_start: list[_Call] = []
         self._key_tails: dict[Any, trio.Event] = {}
@@ -130,17 +129,20 @@ class ToolBatch:
         if len(self._calls) == 1:
             await self._run_single(self._calls[0])
             return
-        self._limiter = trio.CapacityLimiter(self._limit)
+        limit = max(1, self._agent.services.max_parallel_tool_calls())
+        self._limiter = trio.CapacityLimiter(limit)
         async with trio.open_nursery() as nursery:
             for call in self._calls:
                 await self._admit(call, nursery)
             await self._start_pending(nursery)
 
     async def _run_single(self, call: _Call) -> None:
-        # One call needs no nursery: admit, flush, run inline.
+        # One call needs no nursery, no pool slot and no completion event: admit, flush, run.
         if await self._policy(call):
-            self._dispatch(call)
-            await self._flush()
+            self._append_call(call)
+            writer = self._agent.writer
+            if writer is not None:
+                await writer.flush()
             await self._execute(call, held_slot=False)
 
     async def _admit(self, call: _Call, nursery: trio.Nursery) -> None:
@@ -151,7 +153,7 @@ class ToolBatch:
             await self._start_pending(nursery)
             await self._wait_all_before(call)
             self._dispatch(call)
-            await self._flush()
+            await self._agent.flush()
             await self._execute(call, held_slot=False)
             return
         limiter = self._limiter
@@ -168,7 +170,7 @@ class ToolBatch:
         if not self._to_start:
             return
         batch, self._to_start = self._to_start, []
-        await self._flush()
+        await self._agent.flush()
         for call in batch:
             nursery.start_soon(self._execute, call, True)
 
@@ -219,7 +221,8 @@ class ToolBatch:
                     return False
         call.tool = tool
         call.arguments = arguments
-        call.done = trio.Event()
+        if len(self._calls) > 1:  # later calls may wait for this one (exclusive, keyed)
+            call.done = trio.Event()
         return True
 
     def _append_call(self, call: _Call) -> None:
@@ -248,7 +251,7 @@ class ToolBatch:
 
     # -- execution --------------------------------------------------------------------------
     async def _execute(self, call: _Call, held_slot: bool) -> None:
-        result: ToolResult | None = None
+        result: ToolResult | str | None = None
         error_name: str | None = None
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -273,11 +276,15 @@ class ToolBatch:
             call.finish(result, error_name)
             self._commit_ready()
 
-    async def _invoke(self, call: _Call) -> tuple[ToolResult, str | None]:
+    async def _invoke(self, call: _Call) -> tuple[ToolResult | str, str | None]:
         tool, arguments = call.tool, call.arguments
         assert tool is not None
         assert arguments is not None
-        context = self._context(call.block["call_id"])
+        agent = self._agent
+        call_id = call.block["call_id"]
+        context = make_context(
+            agent.id, self._session.id, call_id, agent.options.cwd, self._turn, self._step
+        )
         hooks = self._hooks
         if not hooks.has("waterfall", HOOK_TOOLS_EXECUTE) and not hooks.has(
             "waterfall", HOOK_TOOLS_POST_EXECUTE
@@ -291,6 +298,8 @@ class ToolBatch:
             result, error_name = await _call_handler(tool, payload["arguments"], context)
             if error_name is not None:
                 failed.append(error_name)
+            if isinstance(result, str):
+                return ToolResult(content=result)
             return result
 
         payload = {
@@ -333,17 +342,26 @@ class ToolBatch:
         result = call.result
         assert result is not None
         assert call.call_seq is not None
-        error = None if result.error is None else (call.error_name or result.error, result.error)
-        meta = None if result.meta is None else freeze(result.meta)
-        data = tool_result_data(
-            self._turn, self._step, call.block, result.content, error=error, meta=meta
-        )
-        event = self._session.add(TOOL_RESULT, data, source_event_seqs=(call.call_seq,))
-        if result.concludes_turn:
-            self.concludes_turn = True
-        for text in result.additional_contexts:
-            self._inject(text)
+        if type(result) is str:
+            data = tool_result_data(self._turn, self._step, call.block, result)
+            event = self._session.add(TOOL_RESULT, data, source_event_seqs=(call.call_seq,))
+        else:
+            assert isinstance(result, ToolResult)
+            error = (
+                None if result.error is None else (call.error_name or result.error, result.error)
+            )
+            meta = None if result.meta is None else freeze(result.meta)
+            data = tool_result_data(
+                self._turn, self._step, call.block, result.content, error=error, meta=meta
+            )
+            event = self._session.add(TOOL_RESULT, data, source_event_seqs=(call.call_seq,))
+            if result.concludes_turn:
+                self.concludes_turn = True
+            for text in result.additional_contexts:
+                self._agent.inbox.insert(text, NEXT_STEP, source="tool-result")
         if self._hooks.has("on", HOOK_TOOLS_RESULT):
+            if type(result) is str:
+                result = ToolResult(content=result)
             self._hooks.emit(
                 HOOK_TOOLS_RESULT,
                 make_event(
@@ -379,15 +397,18 @@ class ToolBatch:
 
 async def _call_handler(
     tool: Tool, arguments: Mapping[str, Any], context: ToolContext
-) -> tuple[ToolResult, str | None]:
-    """Run a handler with no middleware around it; a raising tool is a result."""
+) -> tuple[ToolResult | str, str | None]:
+    """Run a handler with no middleware around it; a raising tool is a result.
+
+    A plain string comes back as is: the commit builds the result without a ``ToolResult``.
+    """
     try:
         value = await tool.handler(arguments, context)
     except Exception as exc:  # a raising tool is a result the model reads
         name = type(exc).__name__
         return ToolResult(f"Error: {name}: {exc}", error="TOOL_ERROR"), name
     if type(value) is str:
-        return ToolResult(content=value), None
+        return value, None
     if isinstance(value, ToolResult):
         return value, None
     return ToolResult(content=str(value)), None

@@ -39,10 +39,10 @@ from ..events import (
     TURN_START,
     USER_MESSAGE,
 )
-from ..llm.assemble import Assembler
+from ..llm.assemble import FOLD_CHUNK, Assembler
 from ..llm.base import Failure, Finish, ModelError, ModelRequest, PreparedCall, make_request
 from ..session.projections import NEXT_STEP, NEXT_TURN
-from ..tools.base import Tool, ToolContext
+from ..tools.base import Tool
 from .inbox import user_message
 from .prompt import PromptAssembly, PromptSection, reconcile, render, system_message
 from .request import (
@@ -64,6 +64,8 @@ __all__ = ["run_turn"]
 #: Seconds the closing flush of a turn may take after a cancel.
 CLOSE_FLUSH_TIMEOUT = 10.0
 NO_RUNTIME_CONTEXT = "no runtime context"
+_NO_CONFIG = FrozenDict()
+_ENTER = PreStepDecision.enter(())
 
 
 class TurnFailed(AgentLoopError):
@@ -242,11 +244,15 @@ async def _turn_body(agent: Agent, st: TurnState, claimed: tuple[FrozenDict, ...
         context_message = await _collect_context(agent, st, step)
         if budget is not None:
             await _check_step_budget(agent, st, budget)
-        decision = await _pre_step(agent, st, step, entering)
-        if decision.kind == "reject":
-            st.pending_users = ()  # consumed: a rejected turn admits nothing
-            return FrozenDict(kind="blocked")
-        users = _normalise_users(agent, decision.messages)
+        if agent.hooks.has("waterfall", HOOK_PRE_STEP):
+            decision = await _pre_step(agent, st, step, entering)
+            if decision.kind == "reject":
+                st.pending_users = ()  # consumed: a rejected turn admits nothing
+                return FrozenDict(kind="blocked")
+            users = _normalise_users(agent, decision.messages)
+        else:
+            decision = _ENTER  # no listener: enter with what the inbox gave
+            users = st.pending_users
         if step == 1 and not users:
             st.pending_users = ()
             return FrozenDict(kind="completed")
@@ -265,6 +271,8 @@ async def _turn_body(agent: Agent, st: TurnState, claimed: tuple[FrozenDict, ...
 
 
 def _normalise_users(agent: Agent, messages: Sequence[Any]) -> tuple[FrozenDict, ...]:
+    if not messages:
+        return ()
     out: list[FrozenDict] = []
     next_id = agent.log.inbox.max_id + 1
     for message in messages:
@@ -358,8 +366,6 @@ async def _collect_context(agent: Agent, st: TurnState, step: int) -> FrozenDict
 async def _pre_step(
     agent: Agent, st: TurnState, step: int, messages: tuple[Any, ...]
 ) -> PreStepDecision:
-    if not agent.hooks.has("waterfall", HOOK_PRE_STEP):
-        return PreStepDecision.enter(messages)
 
     async def default(payload: Any) -> PreStepDecision:
         return PreStepDecision.enter(payload["messages"])
@@ -407,58 +413,32 @@ async def _run_step(
         st.batch.close_remaining()
         st.batch = None
     elif calls:
-        await _run_tools(agent, st, calls, tools)
+        batch = st.batch = ToolBatch(agent, tools, calls, st.turn, st.step)
+        if st.budget is not None:
+            await _check_tool_budget(agent, st, len(calls))
+        await batch.run()
+        st.tool_calls += len(calls)
+        st.batch = None
+        st.continues = not batch.concludes_turn
     session.add(STEP_END, st.step_data)
     st.step_open = False
 
 
-async def _run_tools(
-    agent: Agent, st: TurnState, calls: list[FrozenDict], tools: dict[str, Tool]
-) -> None:
-    batch = _batch(agent, st, calls, tools)
-    st.batch = batch
+async def _check_tool_budget(agent: Agent, st: TurnState, calls: int) -> None:
     budget = st.budget
-    if (
-        budget is not None
-        and budget.max_tool_calls is not None
-        and st.tool_calls + len(calls) > budget.max_tool_calls
-    ):
+    if budget.max_tool_calls is not None and st.tool_calls + calls > budget.max_tool_calls:
         agent.cancel(
             cause="hook",
             keep_inbox=True,
             message=f"turn budget: maxToolCalls {budget.max_tool_calls} exceeded",
         )
         await trio.lowlevel.checkpoint()
-    await batch.run()
-    st.tool_calls += len(calls)
-    st.batch = None
-    st.continues = not batch.concludes_turn
 
 
 def _batch(
     agent: Agent, st: TurnState, calls: Sequence[FrozenDict], tools: Mapping[str, Tool]
 ) -> ToolBatch:
-    cwd, session_id, turn, step = agent.options.cwd, agent.session_id, st.turn, st.step
-
-    def context(call_id: str) -> ToolContext:
-        return ToolContext(agent.id, session_id, call_id, cwd, turn, step)
-
-    def inject(text: str) -> None:
-        agent.inbox.insert(text, NEXT_STEP, source="tool-result")
-
-    return ToolBatch(
-        session=agent.log,
-        hooks=agent.hooks,
-        tools=tools,
-        blocks=calls,
-        turn=turn,
-        step=step,
-        limit=agent.services.max_parallel_tool_calls(),
-        flush=agent.flush,
-        context=context,
-        inject=inject,
-        agent=agent,
-    )
+    return ToolBatch(agent, tools, calls, st.turn, st.step)
 
 
 async def _attempts(
@@ -467,10 +447,18 @@ async def _attempts(
     """Run attempts until one yields an ``assistant/message``; returns its message."""
     while True:
         st.attempt += 1
-        config: Mapping[str, Any] = FrozenDict()
+        config: FrozenDict = _NO_CONFIG
         failure: Failure | None = None
         try:
-            config = await _propose_config(agent, st)
+            header = agent.log.state.header
+            if (
+                header is not None
+                and not agent.first_request
+                and not agent.hooks.has("waterfall", HOOK_REQUEST)
+            ):
+                config = header["config"]  # frozen and validated when it was logged
+            else:
+                config = await _propose_config(agent, st)
             prepared = await agent.services.router.prepare_call(config)
         except ModelError as exc:
             failure = exc.failure
@@ -563,7 +551,10 @@ def _sync_phase(
             op = FrozenDict(op="replace", start_seq=draft.replaces, end_seq=draft.replaces)
             session.add(SYSTEM_MESSAGE, data, surface_op=op, source_event_seqs=(draft.replaces,))
     if not st.users_admitted:
-        _admit_users(agent, st)
+        if st.pending_users:
+            _admit_users(agent, st)
+        else:
+            st.users_admitted = True
     cache = agent.request_cache
     if (
         cache is not None
@@ -602,10 +593,10 @@ async def _stream(
         _frame(agent, st, {"frame": "start"})
     failure: Failure | None = None
     stream = prepared.stream(request)
-    feed = asm.feed
+    fold = FOLD_CHUNK
     try:
         async for chunk in stream:
-            feed(chunk)
+            fold[type(chunk)](asm, chunk)
             if frames:
                 _frame(
                     agent,
@@ -670,16 +661,19 @@ def _settle_stream(
     assert finish is not None
     stream = _stream_record(st.attempt, finish.reason, finish.stop_reason)
     message = FrozenDict(role="assistant", content=_unique_call_ids(agent, asm.content()))
-    record: dict[str, Any] = {
-        "turn": st.turn,
-        "step": st.step,
-        "message": message,
-        "stream": stream,
-    }
     if asm.usage is not None:
-        record["usage"] = FrozenDict(asm.usage.to_data())
-    event = session.add(ASSISTANT_MESSAGE, FrozenDict(record))
-    _frame(agent, st, {"frame": "end", "outcome": "committed", "seq": event.seq})
+        record = FrozenDict(
+            turn=st.turn,
+            step=st.step,
+            message=message,
+            stream=stream,
+            usage=FrozenDict(asm.usage.to_data()),
+        )
+    else:
+        record = FrozenDict(turn=st.turn, step=st.step, message=message, stream=stream)
+    event = session.add(ASSISTANT_MESSAGE, record)
+    if agent.listening(ASSISTANT_STREAM):
+        _frame(agent, st, {"frame": "end", "outcome": "committed", "seq": event.seq})
     if finish.reason == "max-tokens":
         st.max_tokens = True
         st.truncated = asm.has_cut_tool_call()

@@ -24,7 +24,7 @@ from .base import (
     UsageChunk,
 )
 
-__all__ = ["Assembler"]
+__all__ = ["FOLD_CHUNK", "Assembler"]
 
 
 class _Block:
@@ -62,7 +62,7 @@ class Assembler:
 
     def feed(self, chunk: Chunk) -> None:
         """Fold one chunk."""
-        _FEED[type(chunk)](self, chunk)
+        FOLD_CHUNK[type(chunk)](self, chunk)
 
     def _text(self, chunk: TextDelta) -> None:
         self._block(chunk.index, "text").parts.append(chunk.text)
@@ -144,7 +144,8 @@ class Assembler:
         return tuple(out)
 
 
-_FEED: dict[type, Callable[[Assembler, Any], None]] = {
+#: Chunk type -> the ``Assembler`` method folding it (``feed`` without the extra call).
+FOLD_CHUNK: dict[type, Callable[[Assembler, Any], None]] = {
     TextDelta: Assembler._text,
     ReasoningDelta: Assembler._reasoning,
     ToolCallDelta: Assembler._arguments,

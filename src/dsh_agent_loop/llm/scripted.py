@@ -162,6 +162,7 @@ class ScriptedModel:
         self._reserved: set[str] = set()
         self._reserve(self.replies)
         self._prepared: PreparedCall | None = None
+        self._plans: dict[int, tuple[Reply, _Plan]] = {}
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> ScriptedModel:
@@ -216,67 +217,107 @@ class ScriptedModel:
         self._next += 1
         return entry(request) if callable(entry) else entry
 
-    async def _pause(self) -> None:
-        if self.latency > 0:
-            await trio.sleep(self.latency)
-        else:
-            await trio.lowlevel.checkpoint()
+    def _plan(self, reply: Reply) -> _Plan:
+        plans = self._plans
+        found = plans.get(id(reply))
+        if found is not None and found[0] is reply:
+            return found[1]
+        if len(plans) >= _PLAN_CACHE:  # callable entries may build a new Reply per request
+            plans.clear()
+        plan = _Plan(reply)
+        plans[id(reply)] = (reply, plan)
+        return plan
 
     async def _stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:
         self.requests.append(request)
         reply = self._take(request)
+        plan = self._plan(reply)
+        latency = self.latency
+        checkpoint = trio.lowlevel.checkpoint
+        for chunk, pause in plan.head:
+            if pause:
+                if latency > 0:
+                    await trio.sleep(latency)
+                else:
+                    await checkpoint()
+            yield chunk
+        if reply.kind == "hang":
+            await trio.sleep_forever()
+        if reply.kind == "error":
+            yield plan.finish
+            return
+        for index, name, call_id, delta, end in plan.calls:
+            cid = call_id or self._new_call_id()
+            yield BlockStart(index, "tool-call", call_id=cid, name=name)
+            if delta is not None:
+                if latency > 0:
+                    await trio.sleep(latency)
+                else:
+                    await checkpoint()
+                yield delta
+            if end is not None:
+                yield end
+        yield UsageChunk(reply.usage or _usage(request, plan))
+        yield plan.finish
+
+
+_PLAN_CACHE = 64
+
+_CallPlan = tuple[int, str, "str | None", "ToolCallDelta | None", "BlockEnd | None"]
+
+
+class _Plan:
+    """The chunks of one ``Reply`` that do not depend on the request, built once."""
+
+    __slots__ = ("call_chars", "calls", "finish", "head", "out_words")
+
+    def __init__(self, reply: Reply) -> None:
+        head: list[tuple[Chunk, bool]] = []
         index = 0
         out_words = 0
         for kind, text in (("reasoning", reply.thinking or ""), ("text", reply.content)):
             words = _split_words(text)
             if not words:
                 continue
-            yield BlockStart(index, kind)  # type: ignore[arg-type]
+            head.append((BlockStart(index, kind), False))  # type: ignore[arg-type]
             for word in words:
-                await self._pause()
-                yield ReasoningDelta(index, word) if kind == "reasoning" else TextDelta(index, word)
-            yield BlockEnd(index)
+                chunk: Chunk = (
+                    ReasoningDelta(index, word) if kind == "reasoning" else TextDelta(index, word)
+                )
+                head.append((chunk, True))
+            head.append((BlockEnd(index), False))
             out_words += len(words)
             index += 1
-        if reply.kind == "hang":
-            await trio.sleep_forever()
-        if reply.kind == "error":
-            yield Finish("error", failure=reply.failure)
-            return
+        calls: list[_CallPlan] = []
         for name, raw, call_id in reply.calls:
-            async for chunk in self._tool_call(index, name, raw, call_id, complete=True):
-                yield chunk
+            call_delta = ToolCallDelta(index, raw) if raw else None
+            calls.append((index, name, call_id, call_delta, BlockEnd(index)))
             index += 1
         if reply.cut_tool_call is not None:
             name, raw = reply.cut_tool_call
-            async for chunk in self._tool_call(index, name, raw, None, complete=False):
-                yield chunk
-        yield UsageChunk(reply.usage or _usage(request, out_words, reply))
-        if reply.kind == "max-tokens":
-            yield Finish("max-tokens", stop_reason="max_tokens")
+            calls.append((index, name, None, ToolCallDelta(index, raw) if raw else None, None))
+        self.head = tuple(head)
+        self.calls = tuple(calls)
+        self.out_words = out_words
+        self.call_chars = sum(len(raw) for _, raw, _ in reply.calls)
+        if reply.kind == "error":
+            self.finish = Finish("error", failure=reply.failure)
+        elif reply.kind == "max-tokens":
+            self.finish = Finish("max-tokens", stop_reason="max_tokens")
         elif reply.calls:
-            yield Finish("tool-calls", stop_reason="tool_calls")
+            self.finish = Finish("tool-calls", stop_reason="tool_calls")
         else:
-            yield Finish("stop", stop_reason="stop")
-
-    async def _tool_call(
-        self, index: int, name: str, raw: str, call_id: str | None, *, complete: bool
-    ) -> AsyncIterator[Chunk]:
-        cid = call_id or self._new_call_id()
-        yield BlockStart(index, "tool-call", call_id=cid, name=name)
-        if raw:
-            await self._pause()
-            yield ToolCallDelta(index, raw)
-        if complete:
-            yield BlockEnd(index)
+            self.finish = Finish("stop", stop_reason="stop")
 
 
-def _usage(request: ModelRequest, out_words: int, reply: Reply) -> Usage:
+def _usage(request: ModelRequest, plan: _Plan) -> Usage:
     """A deterministic usage estimate in O(1): 10 tokens a message plus the newest message."""
     messages = request.messages
     last = 0
     if messages:
         for block in messages[-1].get("content", ()):
             last += len(block.get("text", "")) + len(block.get("arguments", ""))
-    calls = sum(len(raw) for _, raw, _ in reply.calls)
-    return Usage(input_tokens=10 * len(messages) + last // 4, output_tokens=out_words + calls // 4)
+    return Usage(
+        input_tokens=10 * len(messages) + last // 4,
+        output_tokens=plan.out_words + plan.call_chars // 4,
+    )

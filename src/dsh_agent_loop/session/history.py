@@ -39,8 +39,10 @@ class MessagesView(Sequence[FrozenDict]):
     @overload
     def __getitem__(self, index: slice) -> tuple[FrozenDict, ...]: ...
     def __getitem__(self, index: int | slice) -> FrozenDict | tuple[FrozenDict, ...]:
-        if isinstance(index, slice):
-            return tuple(self._items[: self._n][index])
+        if type(index) is not int:
+            if isinstance(index, slice):
+                return tuple(self._items[: self._n][index])
+            index = index.__index__()
         if index < 0:
             index += self._n
         if not 0 <= index < self._n:
@@ -105,11 +107,14 @@ class SurfaceProjection:
         op = event.surface_op
         if op is None or op == "append":
             self.entries.append(event)
+            message = event.data.get("message")
             if event.type == SYSTEM_MESSAGE:
                 self.system_nodes.append(event)
                 self._nodes = None
-            if _is_visible(event):
-                self._messages.append(event.data["message"])
+                if message is not None and message.get("content"):
+                    self._messages.append(message)
+            elif message is not None:
+                self._messages.append(message)
             return
         self._replace(event, op)
 

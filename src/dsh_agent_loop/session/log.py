@@ -30,16 +30,55 @@ class Projection(Protocol):
         ...
 
 
-def _builtin_folds() -> dict[str, tuple[str, ...]]:
-    table: dict[str, list[str]] = {}
+def _fold_surface(session: Session, event: Event) -> None:
+    session.surface.fold(event)
+
+
+def _fold_inbox(session: Session, event: Event) -> None:
+    session.inbox.fold(event)
+
+
+def _fold_state(session: Session, event: Event) -> None:
+    session.state.fold(event)
+
+
+def _fold_surface_state(session: Session, event: Event) -> None:
+    session.surface.fold(event)
+    session.state.fold(event)
+
+
+def _fold_surface_inbox_state(session: Session, event: Event) -> None:
+    session.surface.fold(event)
+    session.inbox.fold(event)
+    session.state.fold(event)
+
+
+def _fold_inbox_state(session: Session, event: Event) -> None:
+    session.inbox.fold(event)
+    session.state.fold(event)
+
+
+_FOLD_COMBOS: dict[tuple[str, ...], Callable[[Session, Event], None]] = {
+    ("surface",): _fold_surface,
+    ("inbox",): _fold_inbox,
+    ("state",): _fold_state,
+    ("surface", "state"): _fold_surface_state,
+    ("inbox", "state"): _fold_inbox_state,
+    ("surface", "inbox", "state"): _fold_surface_inbox_state,
+}
+
+
+def _builtin_folds() -> dict[str, Callable[[Session, Event], None]]:
+    """Event type -> one function folding every built-in projection that takes it, in order."""
+    table: dict[str, tuple[str, ...]] = {}
     for name, cls in (
         ("surface", SurfaceProjection),
         ("inbox", InboxProjection),
         ("state", LoopState),
     ):
         for t in cls.types:
-            table.setdefault(t, []).append(name)
-    return {t: tuple(names) for t, names in table.items()}
+            table[t] = (*table.get(t, ()), name)
+    return {t: _FOLD_COMBOS[names] for t, names in table.items()}
 
 
 _BUILTIN_FOLDS = _builtin_folds()
@@ -97,8 +136,9 @@ class Session:
         # The built-in projections are dispatched from a class-level table (no per-session
         # dispatch structures: thousands of sessions live in one process).
         t = event.type
-        for name in _BUILTIN_FOLDS.get(t, ()):
-            getattr(self, name).fold(event)
+        fold = _BUILTIN_FOLDS.get(t)
+        if fold is not None:
+            fold(self, event)
         if self._extra is not None:
             for projection in self._extra:
                 if projection.types is None or t in projection.types:
@@ -131,7 +171,13 @@ class Session:
         event = make_event(
             type, len(self._events), self._clock(), data, surface_op, source_event_seqs
         )
-        self._fold(event)
+        fold = _BUILTIN_FOLDS.get(type)
+        if fold is not None:
+            fold(self, event)
+        if self._extra is not None:
+            for projection in self._extra:
+                if projection.types is None or type in projection.types:
+                    projection.fold(event)
         self._events.append(event)
         self._pending.append(event)
         if self.on_append is not None:

@@ -65,6 +65,28 @@ class ToolContext:
     step: int
 
 
+_new = object.__new__
+_ctx_setters = tuple(
+    ToolContext.__dict__[name].__set__
+    for name in ("agent_id", "session_id", "call_id", "cwd", "turn", "step")
+)
+
+
+def make_context(
+    agent_id: str, session_id: str, call_id: str, cwd: str | None, turn: int, step: int
+) -> ToolContext:
+    """Build a ``ToolContext`` through its slots (the per-call hot path; no validation)."""
+    context = _new(ToolContext)
+    a, b, c, d, e, f = _ctx_setters
+    a(context, agent_id)
+    b(context, session_id)
+    c(context, call_id)
+    d(context, cwd)
+    e(context, turn)
+    f(context, step)
+    return context
+
+
 Handler = Callable[[Mapping[str, Any], ToolContext], Awaitable["ToolResult | str"]]
 
 
@@ -233,11 +255,13 @@ def _from_function(
     derived, context_param = _signature_schema(fn)
 
     async def handler(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult | str:
-        kwargs = dict(arguments)
-        if context_param is not None:
+        if context_param is None:
+            result = await fn(**arguments)
+        else:
+            kwargs = dict(arguments)
             kwargs[context_param] = context
-        result = await fn(**kwargs)
-        if isinstance(result, ToolResult | str):
+            result = await fn(**kwargs)
+        if type(result) is str or isinstance(result, ToolResult):
             return result
         return json.dumps(result, ensure_ascii=False, default=str)
 
