@@ -9,7 +9,10 @@
 
 The reference loop does what one step minimally must, in plain trio: build a dict message,
 append it to a list, send it on a memory channel to a consumer task, await a trivial async tool,
-checkpoint.
+checkpoint. With several tools per step (W2) the reference runs them the way trio runs parallel
+work, one task each in a nursery opened for the step (``w2_ref_us_per_step``, the figure W2 is
+compared with); the same loop awaiting them one after another, which runs nothing in
+parallel, is reported beside it (``w2_ref_sequential_us_per_step``).
 """
 
 from __future__ import annotations
@@ -49,13 +52,16 @@ async def _ref_tool(args: dict[str, Any]) -> str:
     return "ok"
 
 
-async def _reference_agent(steps: int, calls: int, log: list[Any]) -> None:
+async def _reference_agent(steps: int, calls: int, log: list[Any], parallel: bool) -> None:
     send, recv = trio.open_memory_channel[dict[str, Any]](0)
 
     async def consumer() -> None:
         async with recv:
             async for message in recv:
                 log.append(message)
+
+    async def run_tool(results: list[Any], j: int, i: int) -> None:
+        results[j] = await _ref_tool({"n": i})
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(consumer)
@@ -68,20 +74,33 @@ async def _reference_agent(steps: int, calls: int, log: list[Any]) -> None:
                 }
                 log.append(message)
                 await send.send(message)
-                for _ in range(calls):
-                    await _ref_tool({"n": i})
+                if parallel:
+                    results: list[Any] = [None] * calls
+                    async with trio.open_nursery() as tools:
+                        for j in range(calls):
+                            tools.start_soon(run_tool, results, j, i)
+                else:
+                    for _ in range(calls):
+                        await _ref_tool({"n": i})
                 await trio.lowlevel.checkpoint()
 
 
-def reference_loop(steps: int, calls: int = 1, agents: int = 1) -> float:
-    """Seconds for ``agents`` reference loops of ``steps`` steps, run concurrently."""
+def reference_loop(
+    steps: int, calls: int = 1, agents: int = 1, *, parallel: bool | None = None
+) -> float:
+    """Seconds for ``agents`` reference loops of ``steps`` steps, run concurrently.
+
+    ``parallel`` (default: ``calls > 1``) runs a step's tools as tasks of a per-step nursery;
+    otherwise they are awaited one after another.
+    """
+    tasks = calls > 1 if parallel is None else parallel
 
     async def main() -> float:
         logs: list[list[Any]] = [[] for _ in range(agents)]
         start = time.perf_counter()
         async with trio.open_nursery() as nursery:
             for log in logs:
-                nursery.start_soon(_reference_agent, steps, calls, log)
+                nursery.start_soon(_reference_agent, steps, calls, log, tasks)
         return time.perf_counter() - start
 
     return trio.run(main)
@@ -187,12 +206,14 @@ def run_loop_bench(quick: bool = False) -> dict[str, Any]:
     w2_steps = 500
     w2_runs = [w1(w2_steps, calls=8) for _ in range(3)]
     ref2 = min(reference_loop(w2_steps, calls=8) for _ in range(3))
+    ref2_seq = min(reference_loop(w2_steps, calls=8, parallel=False) for _ in range(3))
     result: dict[str, Any] = {
         "w1_us_per_step": min(w1_runs) / steps * 1e6,
         "w1_ref_us_per_step": ref1 / steps * 1e6,
         "w1_growth_100_vs_10": last / first,
         "w2_us_per_step": min(w2_runs) / w2_steps * 1e6,
         "w2_ref_us_per_step": ref2 / w2_steps * 1e6,
+        "w2_ref_sequential_us_per_step": ref2_seq / w2_steps * 1e6,
         "w3": [],
     }
     for n in (1000,) if quick else (1000, 10000):
@@ -228,6 +249,17 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             "≤ 5×",
         ),
     ]
+    if "w2_ref_sequential_us_per_step" in result:
+        seq = result["w2_ref_sequential_us_per_step"]
+        out.append(
+            (
+                "W2 vs tools awaited in sequence",
+                f"{result['w2_us_per_step']:.1f}",
+                f"{seq:.1f}",
+                f"{result['w2_us_per_step'] / seq:.1f}×",
+                "(not parallel)",
+            )
+        )
     for w3row in result["w3"]:
         n = w3row["agents"]
         share = w3row["steps_per_s"] / w3row["ref_steps_per_s"]

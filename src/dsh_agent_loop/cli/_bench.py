@@ -100,6 +100,17 @@ def _loop_rows(result: Mapping[str, Any], targets: Mapping[str, float]) -> Itera
         w2 / w2_ref,
         targets,
     )
+    seq = result.get("w2_ref_sequential_us_per_step")
+    if seq:  # context only: a reference that runs its tools one after another
+        yield _row(
+            "w2_sequential",
+            "W2 vs tools awaited in sequence",
+            f"{w2:.1f} µs",
+            f"{seq:.1f} µs",
+            w2 / seq,
+            w2 / seq,
+            targets,
+        )
     for entry in result.get("w3", ()):
         n, rate, ref = entry["agents"], entry["steps_per_s"], entry["ref_steps_per_s"]
         yield _row(
