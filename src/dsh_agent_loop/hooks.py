@@ -122,17 +122,28 @@ class HookScope:
 class HookChain:
     """Runs hooks over a runtime bus plus an optional scoped bus (runtime listeners first)."""
 
-    __slots__ = ("_buses",)
+    __slots__ = ("_buses", "_inner", "_outer")
 
     def __init__(self, *buses: HookBus) -> None:
         self._buses = buses
+        # The common shape, runtime bus + agent bus, checked without a loop (``has`` runs
+        # several times a step).
+        self._outer: HookBus | None = buses[0] if buses else None
+        self._inner: HookBus | None = buses[1] if len(buses) >= 2 else None
 
     def has(self, kind: str, name: str) -> bool:
         """True when any bus has listeners of ``kind`` for ``name``."""
-        for bus in self._buses:  # noqa: SIM110 - a plain loop: this runs several times a step
-            if name in bus._lists[kind]:
-                return True
-        return False
+        outer = self._outer
+        if outer is None:
+            return False
+        if name in outer._lists[kind]:
+            return True
+        inner = self._inner
+        if inner is None:
+            return False
+        if len(self._buses) == 2:
+            return name in inner._lists[kind]
+        return any(name in bus._lists[kind] for bus in self._buses[1:])
 
     def emit(self, name: str, event: Any) -> None:
         """Call the observers of ``name``; an observer's exception propagates."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,8 @@ import pytest
 import trio
 
 from dsh_agent_loop.errors import StoreError
-from dsh_agent_loop.stores import SqliteStore
+from dsh_agent_loop.events import Event, event_to_json
+from dsh_agent_loop.stores import SqliteStore, _sqlite_sync
 from dsh_agent_loop.stores import sqlite as sqlite_module
 
 from .conftest import ev, header
@@ -89,3 +91,51 @@ async def test_connection_factory_is_used_for_every_connection(tmp_path: Path) -
         assert await stored(store, "s1") == [ev(0)]
         assert isinstance(store._writer, Counting)
     assert len(opened) == 2  # the writer and the reader
+
+
+async def test_rows_are_encoded_on_the_trio_thread_and_appends_during_a_commit_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    encoded_on: set[int] = set()
+    real_row, real_commit = _sqlite_sync.event_row, _sqlite_sync.commit
+    in_commit, release = threading.Event(), threading.Event()
+    committed: list[list[int]] = []
+
+    def row(sid: str, event: Event) -> _sqlite_sync.Row:
+        encoded_on.add(threading.get_ident())
+        return real_row(sid, event)
+
+    def gated_commit(conn: sqlite3.Connection, work: Any) -> list[Exception | None]:
+        in_commit.set()
+        release.wait(5)
+        committed.append([row[1] for w in work for row in w.rows])
+        return real_commit(conn, work)
+
+    monkeypatch.setattr(_sqlite_sync, "event_row", row)
+    monkeypatch.setattr(_sqlite_sync, "commit", gated_commit)
+    async with SqliteStore(tmp_path / "s.db") as store:
+        handle = await store.create(header("s1"))
+        await handle.append([ev(0), ev(1), ev(2, "turn/end", reason={"kind": "completed"})])
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(handle.flush)
+            while not in_commit.is_set():
+                await trio.sleep(0.001)
+            await handle.append([ev(3), ev(4)])  # staged while the first three are committing
+            release.set()  # the flush goes on with a second round for the two appended
+        assert committed == [[0, 1, 2], [3, 4]]
+        assert store.statistics().events_committed == 5
+        await handle.close()
+        assert await stored(store, "s1") == [ev(i) for i in range(2)] + [
+            ev(2, "turn/end", reason={"kind": "completed"}),
+            ev(3),
+            ev(4),
+        ]
+        info = await store.stat("s1")
+        assert info is not None
+        assert info.last_turn_end == {"kind": "completed"}
+    assert encoded_on == {threading.get_ident()}
+    conn = sqlite3.connect(tmp_path / "s.db")
+    texts = [row[0] for row in conn.execute("SELECT json FROM events ORDER BY seq")]
+    conn.close()
+    expected = [ev(0), ev(1), ev(2, "turn/end", reason={"kind": "completed"}), ev(3), ev(4)]
+    assert texts == [event_to_json(e) for e in expected]

@@ -140,9 +140,7 @@ class ToolBatch:
         # One call needs no nursery, no pool slot and no completion event: admit, flush, run.
         if await self._policy(call):
             self._append_call(call)
-            writer = self._agent.writer
-            if writer is not None:
-                await writer.flush()
+            await self._agent.flush()
             await self._execute(call, held_slot=False)
 
     async def _admit(self, call: _Call, nursery: trio.Nursery) -> None:

@@ -617,7 +617,7 @@ async def _stream(
     except BaseException:
         await _close_stream(stream)
         raise
-    return _settle_stream(agent, st, asm, failure)
+    return _settle_stream(agent, st, asm, failure, frames)
 
 
 async def _close_stream(stream: Any) -> None:
@@ -628,7 +628,7 @@ async def _close_stream(stream: Any) -> None:
 
 
 def _settle_stream(
-    agent: Agent, st: TurnState, asm: Assembler, failure: Failure | None
+    agent: Agent, st: TurnState, asm: Assembler, failure: Failure | None, frames: bool
 ) -> FrozenDict | Failure:
     session = agent.log
     finish: Finish | None = asm.finish
@@ -643,20 +643,7 @@ def _settle_stream(
     if asm.usage is not None:
         st.tokens += asm.usage.input_tokens + asm.usage.output_tokens
     if failure is not None:
-        text, reasoning = asm.delivered_text()
-        stream: dict[str, Any] = {"attempt": st.attempt}
-        if text:
-            stream["text"] = text
-        if reasoning:
-            stream["reasoning"] = reasoning
-        data = {
-            "turn": st.turn,
-            "step": st.step,
-            "stream": FrozenDict(stream),
-            "failure": FrozenDict(failure.to_data()),
-        }
-        session.add(ASSISTANT_ATTEMPT, FrozenDict(data))
-        _frame(agent, st, {"frame": "end", "outcome": "abandoned"})
+        _abandon_attempt(agent, st, asm, failure, frames)
         return failure
     assert finish is not None
     stream = _stream_record(st.attempt, finish.reason, finish.stop_reason)
@@ -672,12 +659,34 @@ def _settle_stream(
     else:
         record = FrozenDict(turn=st.turn, step=st.step, message=message, stream=stream)
     event = session.add(ASSISTANT_MESSAGE, record)
-    if agent.listening(ASSISTANT_STREAM):
+    if frames:
         _frame(agent, st, {"frame": "end", "outcome": "committed", "seq": event.seq})
     if finish.reason == "max-tokens":
         st.max_tokens = True
         st.truncated = asm.has_cut_tool_call()
     return message
+
+
+def _abandon_attempt(
+    agent: Agent, st: TurnState, asm: Assembler, failure: Failure, frames: bool
+) -> None:
+    """Append the ``assistant/attempt`` of a failed attempt (what it delivered, and why)."""
+    session = agent.log
+    text, reasoning = asm.delivered_text()
+    stream: dict[str, Any] = {"attempt": st.attempt}
+    if text:
+        stream["text"] = text
+    if reasoning:
+        stream["reasoning"] = reasoning
+    data = {
+        "turn": st.turn,
+        "step": st.step,
+        "stream": FrozenDict(stream),
+        "failure": FrozenDict(failure.to_data()),
+    }
+    session.add(ASSISTANT_ATTEMPT, FrozenDict(data))
+    if frames:
+        _frame(agent, st, {"frame": "end", "outcome": "abandoned"})
 
 
 def _unique_call_ids(agent: Agent, content: tuple[FrozenDict, ...]) -> tuple[FrozenDict, ...]:

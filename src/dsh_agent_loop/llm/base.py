@@ -222,11 +222,33 @@ def make_request(
     config: FrozenDict, messages: Sequence[FrozenDict], tools: tuple[FrozenDict, ...]
 ) -> ModelRequest:
     """Build a ``ModelRequest`` from parts that are already frozen (the driver's hot path)."""
-    request = object.__new__(ModelRequest)
-    object.__setattr__(request, "config", config)
-    object.__setattr__(request, "messages", messages)
-    object.__setattr__(request, "tools", tools)
+    request = _new(ModelRequest)
+    _set_config(request, config)
+    _set_messages(request, messages)
+    _set_tools(request, tools)
     return request
+
+
+# Slot setters of frozen classes built on hot paths (half the cost of object.__setattr__).
+_new = object.__new__
+_set_config, _set_messages, _set_tools = (
+    ModelRequest.__dict__[name].__set__ for name in ("config", "messages", "tools")
+)
+_set_usage_fields = tuple(
+    Usage.__dict__[name].__set__
+    for name in ("input_tokens", "output_tokens", "cache_read_tokens", "reasoning_tokens")
+)
+
+
+def make_usage(input_tokens: int, output_tokens: int) -> Usage:
+    """Build a ``Usage`` with just the two token counts (the adapters' hot path)."""
+    usage = _new(Usage)
+    set_in, set_out, set_cache, set_reasoning = _set_usage_fields
+    set_in(usage, input_tokens)
+    set_out(usage, output_tokens)
+    set_cache(usage, None)
+    set_reasoning(usage, None)
+    return usage
 
 
 StreamFn = Callable[[ModelRequest], AsyncIterator[Chunk]]

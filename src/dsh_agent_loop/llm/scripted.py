@@ -34,6 +34,7 @@ from .base import (
     ToolCallDelta,
     Usage,
     UsageChunk,
+    make_usage,
 )
 
 __all__ = ["Reply", "ScriptedModel"]
@@ -313,11 +314,9 @@ class _Plan:
 def _usage(request: ModelRequest, plan: _Plan) -> Usage:
     """A deterministic usage estimate in O(1): 10 tokens a message plus the newest message."""
     messages = request.messages
+    n = len(messages)
     last = 0
-    if messages:
-        for block in messages[-1].get("content", ()):
+    if n:
+        for block in messages[n - 1].get("content", ()):
             last += len(block.get("text", "")) + len(block.get("arguments", ""))
-    return Usage(
-        input_tokens=10 * len(messages) + last // 4,
-        output_tokens=plan.out_words + plan.call_chars // 4,
-    )
+    return make_usage(10 * n + last // 4, plan.out_words + plan.call_chars // 4)

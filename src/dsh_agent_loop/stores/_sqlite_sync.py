@@ -33,15 +33,17 @@ from ..errors import (
 )
 from ..events import Event, event_from_json
 from ..session.store import SessionInfo
-from ._rows import event_json, last_turn_end
+from ._rows import event_json
 
 __all__ = [
     "SCHEMA",
     "Owner",
+    "Row",
     "Work",
     "acquire",
     "commit",
     "delete",
+    "event_row",
     "events",
     "header",
     "infos",
@@ -98,15 +100,28 @@ class Owner:
     start_time: str | None
 
 
+Row = tuple[str, int, str, str]
+"""An ``events`` row: session id, seq, type, JSON text (``_rows.event_json``)."""
+
+
+def event_row(session_id: str, event: Event) -> Row:
+    """The ``events`` row of ``event`` (encoded on the trio side, before the commit hop)."""
+    assert event.seq is not None
+    return (session_id, event.seq, event.type, event_json(event))
+
+
 @attrs.frozen
 class Work:
-    """One handle's part of a commit: its staged events and where they must go."""
+    """One handle's part of a commit: its staged events, as rows, and where they must go."""
 
     session_id: str
     token: str
     stored: int
     """The stored event count the handle expects (the first staged seq)."""
-    events: Sequence[Event]
+    rows: Sequence[Row]
+    """The staged events' rows, seqs ``stored ..``."""
+    last_turn_end: str | None = None
+    """``_rows.last_turn_end`` of the staged events."""
 
 
 # --- failures -----------------------------------------------------------------------------------
@@ -142,10 +157,10 @@ def rows_stored(conn: sqlite3.Connection, work: Work) -> bool:
         SequenceConflictError: a part, or different content, is stored at those seqs.
     """
     first = work.stored
-    found = conn.execute(_RANGE, (work.session_id, first, first + len(work.events))).fetchall()
+    found = conn.execute(_RANGE, (work.session_id, first, first + len(work.rows))).fetchall()
     if not found:
         return False
-    wanted = [(e.seq, event_json(e)) for e in work.events]
+    wanted = [(row[1], row[3]) for row in work.rows]
     if found == wanted:
         return True
     raise SequenceConflictError(
@@ -275,26 +290,21 @@ def commit(conn: sqlite3.Connection, work: Sequence[Work]) -> list[Exception | N
     """Store several handles' staged events in one transaction; per-handle refusals are returned.
 
     A refused handle (``SessionOwnershipLostError``, ``SequenceConflictError``) stores nothing;
-    the others commit. A database error aborts the whole transaction and propagates.
+    the others commit. A database error aborts the whole transaction and propagates. The rows
+    come encoded: the transaction runs nothing but SQL.
     """
-    prepared = [
-        (
-            w,
-            [(w.session_id, e.seq, e.type, event_json(e)) for e in w.events],
-            last_turn_end(w.events),
-        )
-        for w in work
-    ]
     results: list[Exception | None] = []
-    conn.execute("BEGIN IMMEDIATE")
-    for w, rows, last in prepared:
-        claim = (len(rows), last, w.session_id, w.stored, w.session_id, w.token)
-        if conn.execute(_CLAIM, claim).rowcount == 1:
+    execute = conn.execute
+    execute("BEGIN IMMEDIATE")
+    for w in work:
+        rows = w.rows
+        claim = (len(rows), w.last_turn_end, w.session_id, w.stored, w.session_id, w.token)
+        if execute(_CLAIM, claim).rowcount == 1:
             conn.executemany(_INSERT, rows)
             results.append(None)
         else:
             results.append(_refusal(conn, w))
-    conn.execute("COMMIT")
+    execute("COMMIT")
     return results
 
 

@@ -53,6 +53,7 @@ from ..events import Event
 from ..session.store import ReadHandle, SessionInfo, WriteHandle
 from . import _sqlite_sync as sql
 from ._check import check_range, read_stored_and_staged, stage
+from ._rows import last_turn_end
 from ._threads import run_in_worker
 
 __all__ = ["SqliteStore", "SqliteStoreStatistics"]
@@ -137,6 +138,8 @@ class _SqliteWriteHandle:
     _token: str
     _stored_count: int
     _staged: list[Event] = attrs.Factory(list)
+    _rows: list[sql.Row] = attrs.Factory(list)
+    """The ``events`` rows of ``_staged[:len(_rows)]``, encoded by ``_pending_rows``."""
     _flush_error: Exception | None = None
     _lost: bool = False
     _failure: StoreError | None = None
@@ -216,6 +219,7 @@ class _SqliteWriteHandle:
         Past ``deadline`` it still gets a short grace: releasing is worth a try.
         """
         self._staged.clear()
+        self._rows.clear()
         self._store._flush_queue.pop(self, None)
         release = partial(
             sql.release,
@@ -244,9 +248,24 @@ class _SqliteWriteHandle:
         if self._failure is not None:
             raise self._failure
 
+    def _pending_rows(self) -> list[sql.Row]:
+        """The rows of every staged event: those not encoded yet are encoded now.
+
+        Encoding happens here, on the trio thread right before a commit hop, rather than in
+        the worker: the events are hot in this thread's cache, and the worker then runs
+        nothing but SQL. Staged events only grow at the end and leave from the front (with
+        their rows), so ``_rows`` stays a prefix of ``_staged``.
+        """
+        rows, staged = self._rows, self._staged
+        if len(rows) < len(staged):
+            sid, row = self._session_id, sql.event_row
+            rows.extend([row(sid, event) for event in staged[len(rows) :]])
+        return rows
+
     def _committed(self, count: int) -> None:
         self._stored_count += count
         del self._staged[:count]
+        del self._rows[:count]
 
 
 # --- the store ---------------------------------------------------------------------------------
@@ -481,14 +500,12 @@ class SqliteStore:
             self._flush_queue.pop(handle, None)
         delays = iter(_RETRY_DELAYS)
         while batch:
-            work = [
-                sql.Work(h._session_id, h._token, h._stored_count, list(h._staged)) for h in batch
-            ]
+            work = [self._work(h) for h in batch]
             attempt = await run_in_worker(partial(self._commit_call, work))
             if attempt.results is not None:
                 self._committed_round()
                 for handle, w, result in zip(batch, work, attempt.results, strict=True):
-                    self._settle_handle(handle, len(w.events), result)
+                    self._settle_handle(handle, len(w.rows), result)
                 return
             failure = attempt.failure
             assert failure is not None
@@ -500,6 +517,18 @@ class SqliteStore:
                 return
             self._retries += 1
             await trio.sleep(delay)
+
+    @staticmethod
+    def _work(handle: _SqliteWriteHandle) -> sql.Work:
+        """A snapshot of ``handle``'s staged events for the worker (appends may follow)."""
+        rows = handle._pending_rows()
+        return sql.Work(
+            handle._session_id,
+            handle._token,
+            handle._stored_count,
+            rows[:],
+            last_turn_end(handle._staged),  # (as long as rows: no await in between)
+        )
 
     def _committed_round(self) -> None:
         self._commits += 1
@@ -558,7 +587,7 @@ class SqliteStore:
         pending = []
         for handle, w, stored in zip(batch, work, attempt.stored, strict=True):
             if stored:
-                self._settle_handle(handle, len(w.events), None)
+                self._settle_handle(handle, len(w.rows), None)
             else:
                 pending.append(handle)
         return pending

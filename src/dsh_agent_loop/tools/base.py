@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import json.scanner
+import re
 import types
 import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -153,6 +155,17 @@ class Tool:
             raise ArgumentsError(str(getattr(exc, "message", exc))) from None
 
 
+_scan_once: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(
+    json.JSONDecoder()  # type: ignore[arg-type]  # typeshed mis-types the argument
+)
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _not_json(raw: str, exc: BaseException) -> ArgumentsError:
+    shown = raw if len(raw) <= MAX_ECHO else raw[:MAX_ECHO] + "…"
+    return ArgumentsError(f"arguments are not valid JSON ({exc}): {shown}")
+
+
 def parse_arguments(tool: Tool, raw: str) -> dict[str, Any]:
     """Parse and validate raw JSON arguments for ``tool``.
 
@@ -161,12 +174,20 @@ def parse_arguments(tool: Tool, raw: str) -> dict[str, Any]:
     """
     text = raw.strip() if raw else ""
     if not text:
-        text = "{}"
-    try:
-        value = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        shown = raw if len(raw) <= MAX_ECHO else raw[:MAX_ECHO] + "…"
-        raise ArgumentsError(f"arguments are not valid JSON ({exc}): {shown}") from None
+        value: Any = {}
+    else:
+        try:
+            # The decoder's C scanner directly (what json.loads ends up calling), then the
+            # same trailing-data rule json.loads applies.
+            value, end = _scan_once(text, 0)
+            if end != len(text):
+                end = _WHITESPACE.match(text, end).end()  # type: ignore[union-attr]
+                raise json.JSONDecodeError("Extra data", text, end)
+        except StopIteration as exc:
+            error = json.JSONDecodeError("Expecting value", text, exc.value)
+            raise _not_json(raw, error) from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise _not_json(raw, exc) from None
     if not isinstance(value, dict):
         raise ArgumentsError(f"arguments must be a JSON object, got {type(value).__name__}")
     tool.validate(value)
