@@ -138,6 +138,7 @@ class Agent:
         "on_driver_start",
         "options",
         "parent",
+        "prompt_settled",
         "request_cache",
         "scope",
         "seen_generation",
@@ -186,6 +187,8 @@ class Agent:
         self._turns = 0
         self.assembly_cache: tuple[Any, Any] | None = None
         self.request_cache: tuple[Any, Any, Any, Any] | None = None
+        self.prompt_settled: tuple[Any, str, bool] | None = None
+        """(system nodes, rendered prompt, in-history) after the last request's reconcile."""
         self.on_driver_start: Callable[[Agent, trio.lowlevel.Task], None] | None = None
         """Testing hook: called with the driver task when the driver starts."""
 

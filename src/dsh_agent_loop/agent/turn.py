@@ -66,6 +66,10 @@ CLOSE_FLUSH_TIMEOUT = 10.0
 NO_RUNTIME_CONTEXT = "no runtime context"
 _NO_CONFIG = FrozenDict()
 _ENTER = PreStepDecision.enter(())
+# turn/end reasons without details are shared (frozen): one copy for every session.
+_COMPLETED = FrozenDict(kind="completed")
+_MAX_TOKENS = FrozenDict(kind="max-tokens")
+_BLOCKED = FrozenDict(kind="blocked")
 
 
 class TurnFailed(AgentLoopError):
@@ -248,14 +252,14 @@ async def _turn_body(agent: Agent, st: TurnState, claimed: tuple[FrozenDict, ...
             decision = await _pre_step(agent, st, step, entering)
             if decision.kind == "reject":
                 st.pending_users = ()  # consumed: a rejected turn admits nothing
-                return FrozenDict(kind="blocked")
+                return _BLOCKED
             users = _normalise_users(agent, decision.messages)
         else:
             decision = _ENTER  # no listener: enter with what the inbox gave
             users = st.pending_users
         if step == 1 and not users:
             st.pending_users = ()
-            return FrozenDict(kind="completed")
+            return _COMPLETED
         st.pending_users = ((context_message,) if context_message is not None else ()) + users
         st.users_admitted = False
         await _run_step(agent, st, step, assembly, decision)
@@ -266,8 +270,8 @@ async def _turn_body(agent: Agent, st: TurnState, claimed: tuple[FrozenDict, ...
         if not st.continues and not agent.inbox.next_step:
             await agent.hooks.serial(HOOK_TURN_STOPPING, {"agent": agent, "turn": st.turn})
             if not agent.inbox.next_step:
-                return FrozenDict(kind="max-tokens" if st.max_tokens else "completed")
-        entering = agent.inbox.claim(NEXT_STEP)
+                return _MAX_TOKENS if st.max_tokens else _COMPLETED
+        entering = agent.inbox.claim(NEXT_STEP) if agent.log.inbox.lists[NEXT_STEP] else ()
 
 
 def _normalise_users(agent: Agent, messages: Sequence[Any]) -> tuple[FrozenDict, ...]:
@@ -543,7 +547,18 @@ def _sync_phase(
     )
     nodes = surface.node_texts()
     in_history = prepared.system_prompt_update == "in-history"
-    for draft in reconcile(nodes, rendered, in_history=in_history, new_series=new_series):
+    settled = agent.prompt_settled
+    if (
+        settled is not None
+        and settled[0] is nodes
+        and settled[1] is rendered
+        and settled[2] == in_history
+        and not new_series
+    ):
+        drafts: list[Any] = []  # same nodes, same prompt: the last reconcile left nothing to do
+    else:
+        drafts = reconcile(nodes, rendered, in_history=in_history, new_series=new_series)
+    for draft in drafts:
         data = FrozenDict(turn=st.turn, step=st.step, message=system_message(draft.text))
         if draft.replaces is None:
             session.add(SYSTEM_MESSAGE, data)
@@ -577,6 +592,8 @@ def _sync_phase(
         if context is not None:
             session.add(REQUEST_CONTEXT, context)
     agent.request_cache = (config, prepared, schemas, session.state.header)
+    # node_texts() is a new list whenever a system node changed, so identity says "unchanged".
+    agent.prompt_settled = (surface.node_texts(), rendered, in_history)
     agent.first_request = False
     agent.seen_generation = session.surface.generation
     st.request_sent = True
@@ -717,11 +734,25 @@ def _unique_call_ids(agent: Agent, content: tuple[FrozenDict, ...]) -> tuple[Fro
 
 
 def _stream_record(attempt: int, finish: str, stop_reason: str | None) -> FrozenDict:
-    """The ``stream`` field of an ``assistant/message``."""
-    data: dict[str, Any] = {"attempt": attempt, "finish": finish}
-    if stop_reason is not None:
-        data["stop_reason"] = stop_reason
-    return FrozenDict(data)
+    """The ``stream`` field of an ``assistant/message``.
+
+    Shared: it is frozen and nearly always one of a few values, so thousands of sessions hold
+    one copy.
+    """
+    key = (attempt, finish, stop_reason)
+    record = _STREAM_RECORDS.get(key)
+    if record is None:
+        data: dict[str, Any] = {"attempt": attempt, "finish": finish}
+        if stop_reason is not None:
+            data["stop_reason"] = stop_reason
+        record = FrozenDict(data)
+        if len(_STREAM_RECORDS) < _STREAM_RECORDS_MAX:
+            _STREAM_RECORDS[key] = record
+    return record
+
+
+_STREAM_RECORDS: dict[tuple[int, str, str | None], FrozenDict] = {}
+_STREAM_RECORDS_MAX = 256
 
 
 async def _offer_failure(

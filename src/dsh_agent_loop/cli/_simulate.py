@@ -260,6 +260,7 @@ async def _run_agents(
         [SimScript(options.seed, options.tools).reply],
         loop=True,
         latency=options.latency_ms / 1000.0,
+        record=False,  # the simulation reads the sessions, not a request log
     )
 
     async def on_turn_stopping(payload: object) -> None:

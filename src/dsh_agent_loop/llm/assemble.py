@@ -73,7 +73,8 @@ class Assembler:
         self.delivered = True
 
     def _arguments(self, chunk: ToolCallDelta) -> None:
-        self._block(chunk.index, "tool-call").parts.append(chunk.arguments)
+        block = self._blocks.get(chunk.index) or self._block(chunk.index, "tool-call")
+        block.parts.append(chunk.arguments)
         self.delivered = True
 
     def _start(self, chunk: BlockStart) -> None:
@@ -87,7 +88,7 @@ class Assembler:
             self.delivered = True
 
     def _end(self, chunk: BlockEnd) -> None:
-        block = self._block(chunk.index, "text")
+        block = self._blocks.get(chunk.index) or self._block(chunk.index, "text")
         block.ended = True
         if chunk.metadata:
             block.metadata = chunk.metadata

@@ -140,7 +140,11 @@ ScriptEntry = Reply | Callable[[ModelRequest], Reply]
 
 @final
 class ScriptedModel:
-    """A model adapter that answers from a script. ``requests`` records every request."""
+    """A model adapter that answers from a script. ``requests`` records every request.
+
+    ``record=False`` keeps ``requests`` empty: a long simulation need not hold every request
+    it ever sent (no real provider adapter does).
+    """
 
     def __init__(
         self,
@@ -150,8 +154,10 @@ class ScriptedModel:
         system_prompt_update: SystemPromptUpdate = None,
         loop: bool = False,
         context_window: int | None = None,
+        record: bool = True,
     ) -> None:
         self.replies: list[ScriptEntry] = list(replies)
+        self.record = record
         self.latency = latency
         self.system_prompt_update = system_prompt_update
         self.loop = loop
@@ -230,7 +236,8 @@ class ScriptedModel:
         return plan
 
     async def _stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:
-        self.requests.append(request)
+        if self.record:
+            self.requests.append(request)
         reply = self._take(request)
         plan = self._plan(reply)
         latency = self.latency

@@ -33,6 +33,10 @@ class _Stored:
     events: list[Event] = attrs.Factory(list)
     owner: _MemoryWriteHandle | None = None
 
+    @property
+    def session_id(self) -> str:
+        return str(self.header["session_id"])
+
 
 @attrs.define(eq=False)
 class _MemoryReadHandle:
@@ -85,12 +89,15 @@ class _MemoryWriteHandle:
         return (self._record.events + self._staged)[offset:end]
 
     async def append(self, events: Sequence[Event]) -> None:
-        self._check_open()
-        next_seq = len(self._record.events) + len(self._staged)
-        self._staged.extend(new_suffix(self.session_id, next_seq, events, self._stored_at))
+        if self._closed:
+            self._check_open()
+        record = self._record
+        next_seq = len(record.events) + len(self._staged)
+        self._staged.extend(new_suffix(record.session_id, next_seq, events, self._stored_at))
 
     async def flush(self) -> None:
-        self._check_open()
+        if self._closed:
+            self._check_open()
         if self._staged:
             self._record.events.extend(self._staged)
             self._staged.clear()
