@@ -870,7 +870,7 @@ class Settings:
     ``update_user_layer`` applies to the next read without a restart.
     """
 
-    __slots__ = ("_explicit", "_plugin", "_user")
+    __slots__ = ("_explicit", "_plugin", "_resolved", "_user")
 
     def __init__(
         self,
@@ -902,6 +902,8 @@ class Settings:
         self._plugin: SettingsLayer = plugin or SettingsLayer()
         self._user: SettingsLayer = _settings_layer(user, "<settings>")
         self._explicit = _explicit_layer(max_parallel_tool_calls, turn_budget, persona)
+        # Resolved values (layers are frozen; only update_user_layer changes the answer).
+        self._resolved: dict[str, Any] = {}
 
     @property
     def user_layer(self) -> SettingsLayer:
@@ -915,13 +917,20 @@ class Settings:
             ConfigError: ``<settings>: key.path: message`` for each fault.
         """
         self._user = _settings_layer(mapping, "<settings>")
+        self._resolved = {}
 
     def _get(self, name: str) -> Any:
+        resolved = self._resolved
+        if name in resolved:
+            return resolved[name]
+        found = None
         for layer in (self._explicit, self._user, self._plugin):
             value = getattr(layer, name)
             if value is not None:
-                return value
-        return None
+                found = value
+                break
+        resolved[name] = found
+        return found
 
     @property
     def max_parallel_tool_calls(self) -> int:

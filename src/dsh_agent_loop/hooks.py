@@ -145,6 +145,13 @@ class HookChain:
             return name in inner._lists[kind]
         return any(name in bus._lists[kind] for bus in self._buses[1:])
 
+    def any(self, kind: str) -> bool:
+        """True when any bus has listeners of ``kind`` for any name (a cheap first check)."""
+        for bus in self._buses:  # noqa: SIM110 - no generator: this runs several times a step
+            if bus._lists[kind]:
+                return True
+        return False
+
     def emit(self, name: str, event: Any) -> None:
         """Call the observers of ``name``; an observer's exception propagates."""
         for bus in self._buses:

@@ -306,6 +306,8 @@ class Agent:
 
     def on_commit(self, batch: Sequence[Event]) -> None:
         """Called by the session writer after a commit: publish the committed events."""
+        if not self._subscribers and not self.hooks.any("on"):
+            return  # nobody listens to anything
         if self.listening(SESSION_FLUSH) and batch:
             self._notify(SESSION_FLUSH, {"session_id": self.session_id, "seq": batch[-1].seq})
         if not self._subscribers and not self.hooks.has("on", SESSION_EVENT):

@@ -284,8 +284,9 @@ class ToolBatch:
             agent.id, self._session.id, call_id, agent.options.cwd, self._turn, self._step
         )
         hooks = self._hooks
-        if not hooks.has("waterfall", HOOK_TOOLS_EXECUTE) and not hooks.has(
-            "waterfall", HOOK_TOOLS_POST_EXECUTE
+        if not hooks.any("waterfall") or (
+            not hooks.has("waterfall", HOOK_TOOLS_EXECUTE)
+            and not hooks.has("waterfall", HOOK_TOOLS_POST_EXECUTE)
         ):
             return await _call_handler(tool, arguments, context)
 

@@ -609,7 +609,7 @@ async def _stream(
     if frames:
         _frame(agent, st, {"frame": "start"})
     failure: Failure | None = None
-    stream = prepared.stream(request)
+    stream = prepared.stream_fn(request)
     fold = FOLD_CHUNK
     try:
         async for chunk in stream:

@@ -98,6 +98,7 @@ class Session:
         "on_append",
         "state",
         "surface",
+        "wake_limit",
     )
 
     def __init__(
@@ -114,7 +115,9 @@ class Session:
         self._pending: list[Event] = []
         self._extra: list[Projection] | None = None
         self.on_append: Callable[[], None] | None = None
-        """Set by the session writer: called after each append batch."""
+        """Set by the session writer: called when the first event is pending, and after each
+        append while ``wake_limit`` or more are (the writer commits early then)."""
+        self.wake_limit = 1
         self.surface = SurfaceProjection()
         self.inbox = InboxProjection()
         self.state = LoopState()
@@ -179,8 +182,9 @@ class Session:
                 if projection.types is None or type in projection.types:
                     projection.fold(event)
         self._events.append(event)
-        self._pending.append(event)
-        if self.on_append is not None:
+        pending = self._pending
+        pending.append(event)
+        if self.on_append is not None and (len(pending) == 1 or len(pending) >= self.wake_limit):
             self.on_append()
         return event
 

@@ -148,6 +148,7 @@ class SessionWriter:
         self._failure: BaseException | None = None
         self._stopped = Latch()
         session.on_append = self.wake
+        session.wake_limit = batch_limit
         self._commits = 0
         self._events_committed = 0
 
