@@ -9,6 +9,11 @@
   ``json.dumps`` as plain code would) inserted with ``executemany`` into the same table in WAL
   mode with ``synchronous=NORMAL``, one transaction per group of the size the store's commits
   averaged in the same run (target ≥ 50%).
+- The floor under the first figure, measured in the same run: every step must make its
+  ``tool/call`` durable before the tool runs, and the store keeps SQLite off the trio thread,
+  so a step costs at least W1 on a memory store whose every commit also makes one empty round
+  trip to the stores' worker thread, plus one plain ``sqlite3`` commit of a step's rows (five
+  rows, WAL/NORMAL). ``floor / memory`` shows which ratio this machine allows at all.
 - The same figures for ``PostgresStore`` when ``DSH_TEST_POSTGRES_DSN`` is set (own tables,
   dropped afterwards): raw is ``psycopg`` ``executemany``, one transaction per group of the
   size a store commit had (one batch: that store commits each handle on its own connection).
@@ -33,6 +38,8 @@ import trio
 from .._frozen import thaw
 from ..events import Event
 from ..session.store import SessionStore, WriteHandle
+from ..stores._rows import event_json
+from ..stores._threads import run_in_worker
 from ..stores.memory import MemoryStore
 from ..stores.sqlite import SqliteStore
 from .loop import print_table, w1
@@ -187,6 +194,65 @@ def raw_postgres_throughput(dsn: str, sessions: int, batches: int) -> float:
     return sessions * batches * BATCH / elapsed
 
 
+def _nothing() -> None:
+    return None
+
+
+class _HopHandle:
+    """A memory write handle whose commit also makes one empty worker-thread round trip."""
+
+    def __init__(self, inner: WriteHandle) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def flush(self) -> None:
+        await run_in_worker(_nothing)
+        await self._inner.flush()
+
+
+class _HopStore:
+    """``MemoryStore`` with ``_HopHandle`` write handles: the floor's store."""
+
+    def __init__(self) -> None:
+        self._inner = MemoryStore()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def create(self, header: Any, *, inherited_events: Any = ()) -> Any:
+        return _HopHandle(await self._inner.create(header, inherited_events=inherited_events))
+
+    async def open(self, session_id: str, mode: Any = "read") -> Any:
+        handle = await self._inner.open(session_id, mode)
+        return _HopHandle(handle) if mode == "write" else handle
+
+
+def raw_step_commit_us(path: str, rounds: int = 2000) -> float:
+    """µs for one plain ``sqlite3`` transaction of a W1 step's five rows, pre-encoded."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS events (session_id TEXT NOT NULL, seq INTEGER NOT NULL,"
+            " type TEXT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (session_id, seq)) WITHOUT ROWID"
+        )
+        step = [e for b in (0, 1) for e in _batch(0, b * BATCH)][:5]
+        texts = [event_json(e) for e in step]
+        start = time.perf_counter()
+        for r in range(rounds):
+            rows = [("w1", r * 5 + i, e.type, texts[i]) for i, e in enumerate(step)]
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany("INSERT INTO events VALUES (?,?,?,?)", rows)
+            conn.execute("COMMIT")
+        elapsed = time.perf_counter() - start
+    finally:
+        conn.close()
+    return elapsed / rounds * 1e6
+
+
 # --- the run --------------------------------------------------------------------------------------
 
 
@@ -220,6 +286,11 @@ def run_store_bench(quick: bool = False) -> dict[str, Any]:
         result["memory_w1_us_per_step"] = min(memory) / W1_STEPS * 1e6
         result["sqlite_w1_us_per_step"] = min(sqlite) / W1_STEPS * 1e6
         result["sqlite_w1_ratio"] = min(sqlite) / min(memory)
+        hop = min(w1(W1_STEPS, store_factory=_HopStore) for _ in range(repeats)) / W1_STEPS * 1e6
+        commit = min(raw_step_commit_us(str(Path(tmp) / f"step-{i}.db")) for i in range(3))
+        result["memory_hop_w1_us_per_step"] = hop
+        result["sqlite_raw_step_commit_us"] = commit
+        result["sqlite_w1_floor_us_per_step"] = hop + commit
         store_rates: list[float] = []
         raw_rates: list[float] = []
         encoded_rates: list[float] = []
@@ -278,6 +349,20 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             f"{mem:.0f}",
             f"{result['sqlite_w1_ratio']:.2f}×",
             "≤ 2×",
+        ),
+        (
+            "  floor: hop-memory W1 + commit",
+            f"{result['sqlite_w1_floor_us_per_step']:.0f}",
+            f"{mem:.0f}",
+            f"{result['sqlite_w1_floor_us_per_step'] / mem:.2f}×",
+            "",
+        ),
+        (
+            "    W1, memory + empty hop | commit",
+            f"{result['memory_hop_w1_us_per_step']:.0f}",
+            f"{result['sqlite_raw_step_commit_us']:.0f}",
+            "",
+            "",
         ),
         (
             "append ev/s: store | sqlite3",
