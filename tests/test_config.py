@@ -770,3 +770,13 @@ def test_the_highest_layer_that_sets_a_value_wins(
     expected_persona = user.persona if user.persona is not None else plugin.persona
     assert s.persona == expected_persona
     assert s.turn_budget == (user.turn_budget or plugin.turn_budget)
+
+
+def test_resolved_settings_are_recomputed_after_each_user_layer_update() -> None:
+    s = Settings(LoopConfig(persona="plugin"))
+    for _ in range(2):  # a repeated read is answered from the resolved values
+        assert s.persona == "plugin"
+    s.update_user_layer({"persona": "user"})
+    assert s.persona == "user"
+    s.update_user_layer({"maxParallelToolCalls": 2})
+    assert (s.persona, s.max_parallel_tool_calls) == ("plugin", 2)

@@ -232,3 +232,34 @@ async def test_agent_scoped_hooks_apply_to_that_agent_only(autojump_clock):
         dispose_runtime()
         assert not h.agent.hooks.has("waterfall", "agent/pre-step")
         assert not other.agent.hooks.has("waterfall", "agent/pre-step")
+
+
+def test_has_and_any_follow_registrations_on_either_bus():
+    runtime, scoped = HookBus(), HookBus()
+    chain = HookChain(runtime, scoped)
+    assert not chain.any("on")
+    assert not chain.has("on", "x")
+
+    def observer(event: object) -> None:
+        pass
+
+    dispose_scoped = scoped.on("x", observer)
+    assert chain.any("on")
+    assert chain.has("on", "x")
+    assert not chain.any("waterfall")
+    assert not chain.has("on", "y")
+    dispose_scoped()
+    assert not chain.any("on")
+    assert not chain.has("on", "x")
+    dispose_runtime = runtime.on("y", observer)
+    assert chain.any("on")
+    assert chain.has("on", "y")
+    assert not chain.has("on", "x")
+    dispose_runtime()
+    assert not chain.any("on")
+    three = HookChain(HookBus(), HookBus(), runtime)  # more than two buses still answers
+    runtime.serial("z", observer)  # type: ignore[arg-type]
+    assert three.has("serial", "z")
+    assert three.any("serial")
+    assert not HookChain().has("on", "x")
+    assert not HookChain().any("on")

@@ -692,3 +692,24 @@ async def test_cancel_during_turn_stopping_aborts_after_the_step(autojump_clock)
         assert h.types()[-3:] == ["assistant/message", "step/end", "turn/end"]
         assert turn_ends(h.events) == [{"kind": "aborted", "cause": "user"}]
         assert len(h.agent.inbox) == 0
+
+
+async def test_a_scripted_model_without_a_request_log_streams_the_same_turn():
+    from dsh_agent_loop import MemoryStore, ScriptedModel, open_runtime
+
+    logs = []
+    for record in (True, False):
+        model = ScriptedModel([Reply.text("hello there")], record=record)
+        async with open_runtime(store=MemoryStore(), providers={"scripted": model}) as rt:
+            h = await rt.agents.create(
+                options=AgentOptions(id="main", provider="scripted", model="m")
+            )
+            h.agent.followup("hi")
+            await h.agent.wait_idle()
+            logs.append([(e.type, e.data) for e in h.agent.session.events if e.type != "turn/end"])
+            assert len(model.requests) == (1 if record else 0)
+    assert [t for t, _ in logs[0]] == [t for t, _ in logs[1]]
+    assert (
+        next(d for t, d in logs[1] if t == "assistant/message")["message"]["content"][0]["text"]
+        == "hello there"
+    )

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.lowlevel
 
 from dsh_agent_loop import (
     AgentOptions,
@@ -104,3 +105,39 @@ async def test_a_store_failure_mid_turn_reports_once_and_disposes_the_agent(auto
     assert end.data["reason"]["kind"] == "error"
     assert end.data["reason"]["error"]["code"] == "STORE_FAILED"
     assert not [e for e in events if e.type == "tool/result" and not e.data.get("error")]
+
+
+async def test_a_full_batch_is_committed_at_once_without_a_barrier_or_the_timer(autojump_clock):
+    # The session wakes its writer on the first pending event and again once the writer's
+    # batch limit is pending: a long burst is committed in batches, not held for the delay.
+    from dsh_agent_loop._frozen import FrozenDict
+    from dsh_agent_loop.events import TURN_START
+    from dsh_agent_loop.session.log import Session
+    from dsh_agent_loop.session.writer import SessionWriter
+
+    header = {"session_id": "s-1", "agent_id": "a", "created_at": "2026-01-01T00:00:00Z"}
+    store = MemoryStore()
+    handle = await store.create(header)
+    session = Session(header, clock=trio.current_time)
+    writer = SessionWriter(session, handle, commit_delay=3600.0, batch_limit=4)
+    assert session.wake_limit == 4
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        for turn in range(1, 4):
+            session.add(TURN_START, FrozenDict(turn=turn))
+        for _ in range(5):
+            await trio.lowlevel.checkpoint()
+        assert writer.statistics().commits == 0  # three pending: they wait for the delay
+        session.add(TURN_START, FrozenDict(turn=4))  # the fourth reaches the limit
+        for _ in range(5):
+            await trio.lowlevel.checkpoint()
+        stats = writer.statistics()
+        assert (stats.commits, stats.committed_seq) == (1, 3)
+        assert trio.current_time() == 0.0  # no time passed: not the delay
+        for turn in range(5, 9):  # four more: one more early commit
+            session.add(TURN_START, FrozenDict(turn=turn))
+        for _ in range(5):
+            await trio.lowlevel.checkpoint()
+        assert writer.statistics().committed_seq == 7
+        await writer.aclose()
+    assert [e.seq for e in await (await store.open("s-1")).read()] == list(range(8))
