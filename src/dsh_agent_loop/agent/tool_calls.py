@@ -84,6 +84,7 @@ class _Call:
         """A plain string is a successful text result (no ``ToolResult`` built for it)."""
         self.error_name: str | None = None
         self.done: trio.Event | None = None
+        """Made when something must wait for this call (an exclusive call, an equal key)."""
 
     def finish(self, result: ToolResult | str, error_name: str | None = None) -> None:
         self.result = result
@@ -130,7 +131,8 @@ class ToolBatch:
             await self._run_single(self._calls[0])
             return
         limit = max(1, self._agent.services.max_parallel_tool_calls())
-        self._limiter = trio.CapacityLimiter(limit)
+        if len(self._calls) > limit:  # fewer calls than slots can never wait for one
+            self._limiter = trio.CapacityLimiter(limit)
         async with trio.open_nursery() as nursery:
             for call in self._calls:
                 await self._admit(call, nursery)
@@ -155,12 +157,12 @@ class ToolBatch:
             await self._execute(call, held_slot=False)
             return
         limiter = self._limiter
-        assert limiter is not None
-        try:
-            limiter.acquire_on_behalf_of_nowait(call)
-        except trio.WouldBlock:
-            await self._start_pending(nursery)
-            await limiter.acquire_on_behalf_of(call)
+        if limiter is not None:
+            try:
+                limiter.acquire_on_behalf_of_nowait(call)
+            except trio.WouldBlock:
+                await self._start_pending(nursery)
+                await limiter.acquire_on_behalf_of(call)
         self._dispatch(call)
         self._to_start.append(call)
 
@@ -176,7 +178,9 @@ class ToolBatch:
         for other in self._calls:
             if other is call:
                 return
-            if other.result is None and other.done is not None:
+            if other.result is None:  # admitted earlier and still running
+                if other.done is None:
+                    other.done = trio.Event()
                 await other.done.wait()
 
     async def _policy(self, call: _Call) -> bool:
@@ -219,8 +223,6 @@ class ToolBatch:
                     return False
         call.tool = tool
         call.arguments = arguments
-        if len(self._calls) > 1:  # later calls may wait for this one (exclusive, keyed)
-            call.done = trio.Event()
         return True
 
     def _append_call(self, call: _Call) -> None:
@@ -242,7 +244,7 @@ class ToolBatch:
             key = call.tool.concurrency_key(call.arguments)
             if key is not None:
                 previous = self._key_tails.get(key)
-                assert call.done is not None
+                call.done = trio.Event()  # the next call with this key waits for it
                 self._key_tails[key] = call.done
                 if previous is not None:
                     self._key_wait[id(call)] = previous

@@ -295,7 +295,7 @@ def print_table(title: str, table: list[tuple[str, str, str, str, str]]) -> None
         t.add_column(name, no_wrap=True)
     for row in table:
         t.add_row(*row)
-    Console().print(t)
+    Console(width=max(120, Console().width)).print(t)
 
 
 def main(argv: list[str] | None = None) -> int:
