@@ -48,6 +48,7 @@ from dsh_agent_loop import (
     tool,
 )
 from dsh_agent_loop.session.store import SessionStore
+from dsh_agent_loop.session.writer import SessionWriter
 
 OPTIONS = AgentOptions(id="crash", provider="s", model="m")
 
@@ -157,10 +158,12 @@ async def main() -> None:
         if args.broken:  # acknowledge on append, before any commit; run tools before it too
             log = agent.log
 
-            async def no_barrier(self: Agent) -> None:
+            async def no_barrier(self: object) -> None:
                 await trio.lowlevel.checkpoint()
 
-            Agent.flush = no_barrier  # type: ignore[method-assign]  # this process only
+            # This process only: no flush waits for a commit, however the loop reaches it.
+            Agent.flush = no_barrier  # type: ignore[method-assign]
+            SessionWriter.flush = no_barrier  # type: ignore[method-assign]
             appended = log.on_append
 
             def on_append() -> None:

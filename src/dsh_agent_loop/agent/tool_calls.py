@@ -142,7 +142,9 @@ class ToolBatch:
         # One call needs no nursery, no pool slot and no completion event: admit, flush, run.
         if await self._policy(call):
             self._append_call(call)
-            await self._agent.flush()
+            writer = self._agent.writer
+            if writer is not None:  # (Agent.flush, one coroutine level fewer)
+                await writer.flush()
             await self._execute(call, held_slot=False)
 
     async def _admit(self, call: _Call, nursery: trio.Nursery) -> None:
@@ -260,7 +262,22 @@ class ToolBatch:
             if previous is not None:
                 await previous.wait()
             call.started = True
-            result, error_name = await self._invoke(call)
+            hooks = self._hooks
+            if hooks.any("waterfall") and (
+                hooks.has("waterfall", HOOK_TOOLS_EXECUTE)
+                or hooks.has("waterfall", HOOK_TOOLS_POST_EXECUTE)
+            ):
+                result, error_name = await self._invoke(call)
+            else:  # no middleware: the handler directly (two coroutine levels fewer)
+                tool, arguments = call.tool, call.arguments
+                assert tool is not None
+                assert arguments is not None
+                try:
+                    value = await tool.handler(arguments, self._context(call))
+                except Exception as exc:  # a raising tool is a result the model reads
+                    result, error_name = _raised(exc)
+                else:
+                    result = _handler_value(value)
         finally:
             self.in_flight -= 1
             if held_slot and self._limiter is not None:
@@ -276,22 +293,23 @@ class ToolBatch:
             call.finish(result, error_name)
             self._commit_ready()
 
+    def _context(self, call: _Call) -> ToolContext:
+        agent = self._agent
+        return make_context(
+            agent.id,
+            self._session.id,
+            call.block["call_id"],
+            agent.options.cwd,
+            self._turn,
+            self._step,
+        )
+
     async def _invoke(self, call: _Call) -> tuple[ToolResult | str, str | None]:
+        """Run the handler inside the ``tools/execute`` and ``tools/post-execute`` chains."""
         tool, arguments = call.tool, call.arguments
         assert tool is not None
         assert arguments is not None
-        agent = self._agent
-        call_id = call.block["call_id"]
-        context = make_context(
-            agent.id, self._session.id, call_id, agent.options.cwd, self._turn, self._step
-        )
-        hooks = self._hooks
-        if not hooks.any("waterfall") or (
-            not hooks.has("waterfall", HOOK_TOOLS_EXECUTE)
-            and not hooks.has("waterfall", HOOK_TOOLS_POST_EXECUTE)
-        ):
-            return await _call_handler(tool, arguments, context)
-
+        context = self._context(call)
         failed: list[str] = []
 
         async def run_handler(payload: Any) -> ToolResult:
@@ -406,10 +424,18 @@ async def _call_handler(
     try:
         value = await tool.handler(arguments, context)
     except Exception as exc:  # a raising tool is a result the model reads
-        name = type(exc).__name__
-        return ToolResult(f"Error: {name}: {exc}", error="TOOL_ERROR"), name
-    if type(value) is str:
-        return value, None
-    if isinstance(value, ToolResult):
-        return value, None
-    return ToolResult(content=str(value)), None
+        return _raised(exc)
+    return _handler_value(value), None
+
+
+def _raised(exc: Exception) -> tuple[ToolResult, str]:
+    """The ``TOOL_ERROR`` result of a handler that raised, and the exception's name."""
+    name = type(exc).__name__
+    return ToolResult(f"Error: {name}: {exc}", error="TOOL_ERROR"), name
+
+
+def _handler_value(value: Any) -> ToolResult | str:
+    """A handler's return value as a result (a plain string stays a string)."""
+    if type(value) is str or isinstance(value, ToolResult):
+        return value
+    return ToolResult(content=str(value))

@@ -244,8 +244,13 @@ async def _turn_body(agent: Agent, st: TurnState, claimed: tuple[FrozenDict, ...
         step = st.step + 1
         st.pending_users = _normalise_users(agent, entering)  # kept if a hook below fails
         st.users_admitted = False
-        assembly = await _assemble(agent, st, step)
-        context_message = await _collect_context(agent, st, step)
+        hooks = agent.hooks
+        if hooks.any("waterfall"):
+            assembly = await _assemble(agent, st, step)
+            context_message = await _collect_context(agent, st, step)
+        else:  # no middleware at all: the defaults, without a coroutine each
+            assembly = _default_assembly(agent)
+            context_message = _default_context(agent)
         if budget is not None:
             await _check_step_budget(agent, st, budget)
         if agent.hooks.has("waterfall", HOOK_PRE_STEP):
@@ -357,6 +362,16 @@ async def _collect_context(agent: Agent, st: TurnState, step: int) -> FrozenDict
         text = "" if text is None else str(text)
     else:
         text = f"cwd: {cwd}" if cwd else ""
+    return _context_message(agent, text)
+
+
+def _default_context(agent: Agent) -> FrozenDict | None:
+    cwd = agent.options.cwd
+    return _context_message(agent, f"cwd: {cwd}" if cwd else "")
+
+
+def _context_message(agent: Agent, text: str) -> FrozenDict | None:
+    """The runtime-context user message for ``text``, or None when it is unchanged."""
     last = agent.log.state.runtime_context
     if not text:
         if last is None or last == NO_RUNTIME_CONTEXT:
