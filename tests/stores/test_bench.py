@@ -36,13 +36,35 @@ def test_table_rows() -> None:
         "sqlite_raw_events_per_s": 60_000.0,
         "sqlite_append_ratio": 50_000 / 60_000,
         "sqlite_raw_preencoded_events_per_s": 100_000.0,
+        "memory_hop_w1_us_per_step": 150.0,
+        "sqlite_raw_step_commit_us": 30.0,
+        "sqlite_w1_floor_us_per_step": 180.0,
         "postgres_w1_us_per_step": None,
     }
     table = bench.rows(result)
-    assert [row[3] for row in table] == ["2.00×", "83%", "50%"]
+    assert [row[3] for row in table] == ["2.00×", "1.80×", "", "83%", "50%"]
+    assert table[2][1:3] == ("150", "30")
     result.update(
         postgres_w1_us_per_step=1000.0,
         postgres_append_events_per_s=5000.0,
         postgres_raw_events_per_s=4000.0,
     )
-    assert [row[3] for row in bench.rows(result)[3:]] == ["10.00×", "125%"]
+    assert [row[3] for row in bench.rows(result)[5:]] == ["10.00×", "125%"]
+
+
+def test_the_floor_parts_run_the_real_paths(tmp_path: Path) -> None:
+    # W1 on the hop store: a memory store whose every commit crosses to a worker thread.
+    hops = []
+
+    def counting() -> None:
+        hops.append(1)
+
+    original = bench._nothing
+    bench._nothing = counting  # type: ignore[assignment]
+    try:
+        seconds = bench.w1(5, store_factory=bench._HopStore)
+    finally:
+        bench._nothing = original  # type: ignore[assignment]
+    assert seconds > 0
+    assert len(hops) >= 5  # at least one hop per step (a flush before each tool)
+    assert bench.raw_step_commit_us(str(tmp_path / "step.db"), rounds=20) > 0
