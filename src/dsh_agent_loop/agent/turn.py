@@ -109,7 +109,7 @@ async def run_turn(agent: Agent, scope: trio.CancelScope) -> bool:
     st = TurnState(turn=session.state.turn + 1, budget=budget)
     if budget is not None and budget.max_seconds is not None:
         scope.deadline = trio.current_time() + budget.max_seconds
-    session.add(TURN_START, FrozenDict(turn=st.turn))
+    session.add(TURN_START, _turn_data(st.turn))
     claimed = agent.inbox.claim(NEXT_STEP) + agent.inbox.claim(NEXT_TURN, 1)
     ended = False
     reason: Mapping[str, Any] | None = None
@@ -414,7 +414,7 @@ async def _run_step(
     agent: Agent, st: TurnState, step: int, assembly: PromptAssembly, decision: PreStepDecision
 ) -> None:
     session = agent.log
-    st.step_data = FrozenDict(turn=st.turn, step=step)  # step/start and step/end share it
+    st.step_data = _step_data(st.turn, step)  # step/start and step/end share it
     session.add(STEP_START, st.step_data)
     st.step, st.step_open, st.attempt = step, True, 0
     st.continues = False
@@ -768,6 +768,30 @@ def _stream_record(attempt: int, finish: str, stop_reason: str | None) -> Frozen
 
 _STREAM_RECORDS: dict[tuple[int, str, str | None], FrozenDict] = {}
 _STREAM_RECORDS_MAX = 256
+
+# `{turn, step}` and `{turn}` payloads of early turns and steps are shared the same way: the
+# agents of a simulation are at the same turns and steps, and each such record would otherwise
+# be one small dict per session.
+_POSITIONS: dict[tuple[int, int], FrozenDict] = {}
+_SHARED_POSITIONS = 64
+
+
+def _step_data(turn: int, step: int) -> FrozenDict:
+    if turn > _SHARED_POSITIONS or step > _SHARED_POSITIONS:
+        return FrozenDict(turn=turn, step=step)
+    data = _POSITIONS.get((turn, step))
+    if data is None:
+        data = _POSITIONS[turn, step] = FrozenDict(turn=turn, step=step)
+    return data
+
+
+def _turn_data(turn: int) -> FrozenDict:
+    if turn > _SHARED_POSITIONS:
+        return FrozenDict(turn=turn)
+    data = _POSITIONS.get((turn, 0))
+    if data is None:
+        data = _POSITIONS[turn, 0] = FrozenDict(turn=turn)
+    return data
 
 
 async def _offer_failure(

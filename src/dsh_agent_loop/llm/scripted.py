@@ -201,8 +201,8 @@ class ScriptedModel:
     async def prepare_call(self, config: Mapping[str, Any]) -> PreparedCall:
         """Resolve ``config`` (nothing to default) for this scripted route."""
         last = self._prepared
-        if last is not None and last.config is config:
-            return last  # the same route as last time
+        if last is not None and (last.config is config or last.config == config):
+            return last  # the same route as last time (shared by agents with equal configs)
         prepared = PreparedCall(
             config=config,
             stream_fn=self._stream,
