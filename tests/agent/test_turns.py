@@ -713,3 +713,29 @@ async def test_a_scripted_model_without_a_request_log_streams_the_same_turn():
         next(d for t, d in logs[1] if t == "assistant/message")["message"]["content"][0]["text"]
         == "hello there"
     )
+
+
+async def test_sessions_share_their_small_position_records():
+    # Thousands of simulated sessions hold one copy of `{turn, step}` (frozen, equal) records
+    # and of the stream record; the values are what each session would have built itself.
+    from dsh_agent_loop import MemoryStore, ScriptedModel, open_runtime
+
+    model = ScriptedModel([Reply.text("a")], loop=True)
+    async with open_runtime(store=MemoryStore(), providers={"scripted": model}) as rt:
+        agents = []
+        for name in ("one", "two"):
+            h = await rt.agents.create(
+                options=AgentOptions(id=name, provider="scripted", model="m")
+            )
+            h.agent.followup("hi")
+            await h.agent.wait_idle()
+            agents.append(h.agent)
+        first, second = ([e for e in a.session.events if e.type == "step/start"] for a in agents)
+        assert first[0].data == {"turn": 1, "step": 1}
+        assert first[0].data is second[0].data
+        messages = [
+            next(e for e in a.session.events if e.type == "assistant/message") for a in agents
+        ]
+        assert messages[0].data["stream"] is messages[1].data["stream"]
+        # equal routes share one prepared call, and each request carries an equal config
+        assert model.requests[0].config == model.requests[1].config
