@@ -240,6 +240,22 @@ _set_usage_fields = tuple(
 )
 
 
+_set_block_fields = tuple(
+    BlockStart.__dict__[name].__set__ for name in ("index", "kind", "call_id", "name")
+)
+
+
+def make_tool_call_start(index: int, call_id: str, name: str) -> BlockStart:
+    """Build the ``BlockStart`` of a tool call (the adapters' hot path)."""
+    chunk = _new(BlockStart)
+    set_index, set_kind, set_call_id, set_name = _set_block_fields
+    set_index(chunk, index)
+    set_kind(chunk, "tool-call")
+    set_call_id(chunk, call_id)
+    set_name(chunk, name)
+    return chunk
+
+
 def make_usage(input_tokens: int, output_tokens: int) -> Usage:
     """Build a ``Usage`` with just the two token counts (the adapters' hot path)."""
     usage = _new(Usage)

@@ -34,6 +34,7 @@ from .base import (
     ToolCallDelta,
     Usage,
     UsageChunk,
+    make_tool_call_start,
     make_usage,
 )
 
@@ -256,7 +257,7 @@ class ScriptedModel:
             return
         for index, name, call_id, delta, end in plan.calls:
             cid = call_id or self._new_call_id()
-            yield BlockStart(index, "tool-call", call_id=cid, name=name)
+            yield make_tool_call_start(index, cid, name)
             if delta is not None:
                 if latency > 0:
                     await trio.sleep(latency)
