@@ -1,8 +1,8 @@
 """The loop benchmark: the real driver on the scripted model and a memory store.
 
 - W1: one agent, 1,000 steps in one turn, one trivial tool call per step; best of 5; µs/step.
-- W1 growth: µs/step over steps 900–1,000 divided by µs/step over steps 1–100 (must stay ~1:
-  per-step cost may not grow with history).
+- W1 growth: µs/step over steps 900–1,000 divided by µs/step over steps 1–100, each window the
+  best of three runs (must stay ~1: per-step cost may not grow with history).
 - W2: as W1 with 8 parallel trivial tool calls per step.
 - W3: N agents created first (untimed), then all prompted at once, 5 steps each, no latency;
   steps/s, and MB per live agent (RSS growth / N while the agents are alive).
@@ -205,10 +205,15 @@ def run_loop_bench(quick: bool = False) -> dict[str, Any]:
         w1_runs.append(w1(steps))
         ref1_runs.append(reference_loop(steps))
     ref1 = min(ref1_runs)
-    marks: list[float] = []
-    w1(steps, marks=marks)
-    first = (marks[100] - marks[0]) / 100
-    last = (marks[-1] - marks[-101]) / 100
+    # Growth: the best 100-step window at the start against the best at the end, over three
+    # marked runs (one run's 6 ms windows are at the mercy of a single hiccup on this machine).
+    firsts, lasts = [], []
+    for _ in range(3):
+        marks: list[float] = []
+        w1(steps, marks=marks)
+        firsts.append((marks[100] - marks[0]) / 100)
+        lasts.append((marks[-1] - marks[-101]) / 100)
+    first, last = min(firsts), min(lasts)
     w2_steps = 500
     w2_runs, ref2_runs, ref2_seq_runs = [], [], []
     for _ in range(3):
