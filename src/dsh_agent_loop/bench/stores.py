@@ -141,6 +141,18 @@ def _groups(rows_by_round: Iterator[list[Row]], group: int) -> Iterator[list[Row
         yield pending
 
 
+def _raw_connection(path: str) -> sqlite3.Connection:
+    """A plain ``sqlite3`` connection in WAL/NORMAL with the stores' events table."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS events (session_id TEXT NOT NULL, seq INTEGER NOT NULL,"
+        " type TEXT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (session_id, seq)) WITHOUT ROWID"
+    )
+    return conn
+
+
 def raw_sqlite_throughput(
     path: str, sessions: int, batches: int, group: float, *, encoded: bool = False
 ) -> float:
@@ -148,14 +160,8 @@ def raw_sqlite_throughput(
 
     With ``encoded`` the rows are built before the clock starts (the database alone).
     """
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = _raw_connection(path)
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS events (session_id TEXT NOT NULL, seq INTEGER NOT NULL,"
-            " type TEXT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (session_id, seq)) WITHOUT ROWID"
-        )
         source = _raw_rows(sessions, batches)
         if encoded:
             source = iter(list(source))
@@ -231,14 +237,8 @@ class _HopStore:
 
 def raw_step_commit_us(path: str, rounds: int = 2000) -> float:
     """µs for one plain ``sqlite3`` transaction of a W1 step's five rows, pre-encoded."""
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = _raw_connection(path)
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS events (session_id TEXT NOT NULL, seq INTEGER NOT NULL,"
-            " type TEXT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (session_id, seq)) WITHOUT ROWID"
-        )
         step = [e for b in (0, 1) for e in _batch(0, b * BATCH)][:5]
         texts = [event_json(e) for e in step]
         start = time.perf_counter()
