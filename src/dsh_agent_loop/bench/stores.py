@@ -153,6 +153,12 @@ def _raw_connection(path: str) -> sqlite3.Connection:
     return conn
 
 
+def _raw_commit(conn: sqlite3.Connection, rows: list[Row]) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    conn.executemany("INSERT INTO events VALUES (?,?,?,?)", rows)
+    conn.execute("COMMIT")
+
+
 def raw_sqlite_throughput(
     path: str, sessions: int, batches: int, group: float, *, encoded: bool = False
 ) -> float:
@@ -167,9 +173,7 @@ def raw_sqlite_throughput(
             source = iter(list(source))
         start = time.perf_counter()
         for rows in _groups(source, max(1, round(group))):
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany("INSERT INTO events VALUES (?,?,?,?)", rows)
-            conn.execute("COMMIT")
+            _raw_commit(conn, rows)
         elapsed = time.perf_counter() - start
     finally:
         conn.close()
@@ -244,9 +248,7 @@ def raw_step_commit_us(path: str, rounds: int = 2000) -> float:
         start = time.perf_counter()
         for r in range(rounds):
             rows = [("w1", r * 5 + i, e.type, texts[i]) for i, e in enumerate(step)]
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany("INSERT INTO events VALUES (?,?,?,?)", rows)
-            conn.execute("COMMIT")
+            _raw_commit(conn, rows)
         elapsed = time.perf_counter() - start
     finally:
         conn.close()
