@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trio
 
-from dsh_agent_loop.errors import StoreError
+from dsh_agent_loop.errors import SequenceConflictError, StoreError
 from dsh_agent_loop.events import Event, event_to_json
 from dsh_agent_loop.stores import SqliteStore, _sqlite_sync
 from dsh_agent_loop.stores import sqlite as sqlite_module
@@ -139,3 +139,76 @@ async def test_rows_are_encoded_on_the_trio_thread_and_appends_during_a_commit_w
     conn.close()
     expected = [ev(0), ev(1), ev(2, "turn/end", reason={"kind": "completed"}), ev(3), ev(4)]
     assert texts == [event_to_json(e) for e in expected]
+
+
+# --- the commit's checks: ownership and position, read from the owner row and the events ---
+
+
+async def test_a_commit_that_would_leave_a_seq_gap_is_refused_and_stores_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    async with SqliteStore(path) as store:
+        handle = await store.create(header("s1"))
+        await handle.append([ev(0), ev(1)])
+        await handle.flush()
+        with sqlite3.connect(path, isolation_level=None) as raw:  # the last event disappears
+            raw.execute("DELETE FROM events WHERE session_id='s1' AND seq=1")
+        raw.close()
+        await handle.append([ev(2), ev(3)])
+        with pytest.raises(
+            SequenceConflictError, match="1 events are stored, the handle expected 2"
+        ):
+            await handle.flush()
+        assert await stored(store, "s1") == [ev(0)]  # no event 2 after the gap
+        await handle.abort()
+
+
+async def test_a_commit_onto_events_another_writer_stored_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with SqliteStore(path) as store:
+        handle = await store.create(header("s1"))
+        await handle.append([ev(0)])
+        await handle.flush()
+        with sqlite3.connect(path, isolation_level=None) as raw:  # seq 1 taken behind our back
+            raw.execute(
+                "INSERT INTO events VALUES ('s1', 1, 'user/message', ?)",
+                (event_to_json(ev(1, text="theirs")),),
+            )
+        raw.close()
+        await handle.append([ev(1), ev(2)])
+        with pytest.raises(
+            SequenceConflictError, match="2 events are stored, the handle expected 1"
+        ):
+            await handle.flush()
+        assert await stored(store, "s1") == [ev(0), ev(1, text="theirs")]
+        await handle.abort()
+
+
+async def test_event_counts_come_from_the_events_not_the_summary_row(tmp_path: Path) -> None:
+    # Commits do not write the summary row's event_count (older files may carry any value).
+    path = tmp_path / "s.db"
+    async with SqliteStore(path) as store:
+        handle = await store.create(header("s1"))
+        await handle.append([ev(0), ev(1), ev(2)])
+        await handle.flush()
+        await handle.close()
+        empty = await store.create(header("never-flushed"))  # a summary row, no events
+        with sqlite3.connect(path, isolation_level=None) as raw:
+            raw.execute("UPDATE sessions SET event_count=99")
+        raw.close()
+        info = await store.stat("s1")
+        assert info is not None
+        assert info.event_count == 3
+        assert [i.session_id for i in await store.list()] == ["s1"]
+        assert await store.stat("never-flushed") is None
+        reopened = await store.open("s1", "write")
+        await reopened.append([ev(3)])  # the handle starts at the true count
+        await reopened.flush()
+        await reopened.close()
+        await empty.close()  # drops the empty session: it stays unknown
+        with sqlite3.connect(path, isolation_level=None) as raw:
+            names = [r[0] for r in raw.execute("SELECT session_id FROM sessions")]
+        raw.close()
+        assert names == ["s1"]
+        assert await stored(store, "s1") == [ev(0), ev(1), ev(2), ev(3)]
