@@ -214,7 +214,7 @@ def _close_open_work(agent: Agent, st: TurnState) -> None:
             _frame(agent, st, {"frame": "end", "outcome": "committed", "seq": event.seq})
             calls = [b for b in content if b["type"] == "tool-call"]
             if calls:
-                st.batch = _batch(agent, st, calls, {})
+                st.batch = ToolBatch(agent, {}, calls, st.turn, st.step)
         else:
             failure = FrozenDict(code="ABORTED", message="cancelled before anything was delivered")
             stream = FrozenDict(attempt=st.attempt)
@@ -244,8 +244,7 @@ async def _turn_body(agent: Agent, st: TurnState, claimed: tuple[FrozenDict, ...
         step = st.step + 1
         st.pending_users = _normalise_users(agent, entering)  # kept if a hook below fails
         st.users_admitted = False
-        hooks = agent.hooks
-        if hooks.any("waterfall"):
+        if agent.hooks.any("waterfall"):
             assembly = await _assemble(agent, st, step)
             context_message = await _collect_context(agent, st, step)
         else:  # no middleware at all: the defaults, without a coroutine each
@@ -350,24 +349,26 @@ def visible_tools(agent: Agent) -> dict[str, Tool]:
 
 
 async def _collect_context(agent: Agent, st: TurnState, step: int) -> FrozenDict | None:
-    cwd = agent.options.cwd
+    if not agent.hooks.has("waterfall", HOOK_RUNTIME_CONTEXT):
+        return _default_context(agent)
 
     async def default(payload: Any) -> str:
-        return f"cwd: {cwd}" if cwd else ""
+        return _cwd_text(agent)
 
-    if agent.hooks.has("waterfall", HOOK_RUNTIME_CONTEXT):
-        text = await agent.hooks.waterfall(
-            HOOK_RUNTIME_CONTEXT, {"agent": agent, "turn": st.turn, "step": step}, default
-        )
-        text = "" if text is None else str(text)
-    else:
-        text = f"cwd: {cwd}" if cwd else ""
-    return _context_message(agent, text)
+    text = await agent.hooks.waterfall(
+        HOOK_RUNTIME_CONTEXT, {"agent": agent, "turn": st.turn, "step": step}, default
+    )
+    return _context_message(agent, "" if text is None else str(text))
+
+
+def _cwd_text(agent: Agent) -> str:
+    """The default runtime context: the agent's working directory, if it has one."""
+    cwd = agent.options.cwd
+    return f"cwd: {cwd}" if cwd else ""
 
 
 def _default_context(agent: Agent) -> FrozenDict | None:
-    cwd = agent.options.cwd
-    return _context_message(agent, f"cwd: {cwd}" if cwd else "")
+    return _context_message(agent, _cwd_text(agent))
 
 
 def _context_message(agent: Agent, text: str) -> FrozenDict | None:
@@ -428,7 +429,7 @@ async def _run_step(
     content = message["content"]
     calls = [b for b in content if b["type"] == "tool-call"]
     if st.truncated:
-        st.batch = _batch(agent, st, calls, tools)
+        st.batch = ToolBatch(agent, tools, calls, st.turn, st.step)
         st.batch.close_remaining()
         st.batch = None
     elif calls:
@@ -452,12 +453,6 @@ async def _check_tool_budget(agent: Agent, st: TurnState, calls: int) -> None:
             message=f"turn budget: maxToolCalls {budget.max_tool_calls} exceeded",
         )
         await trio.lowlevel.checkpoint()
-
-
-def _batch(
-    agent: Agent, st: TurnState, calls: Sequence[FrozenDict], tools: Mapping[str, Tool]
-) -> ToolBatch:
-    return ToolBatch(agent, tools, calls, st.turn, st.step)
 
 
 async def _attempts(

@@ -45,7 +45,7 @@ class _MemoryReadHandle:
 
     @property
     def session_id(self) -> str:
-        return str(self._record.header["session_id"])
+        return self._record.session_id
 
     @property
     def header(self) -> Mapping[str, Any]:
@@ -69,7 +69,7 @@ class _MemoryWriteHandle:
 
     @property
     def session_id(self) -> str:
-        return str(self._record.header["session_id"])
+        return self._record.session_id
 
     @property
     def header(self) -> Mapping[str, Any]:
