@@ -14,6 +14,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dsh_agent_loop import open_runtime
 from dsh_agent_loop._frozen import FrozenDict
 from dsh_agent_loop.config import (
     PLUGIN_NAME,
@@ -319,8 +320,18 @@ REJECTIONS: list[tuple[str, dict[str, Any], str]] = [
         "unknown provider key (camelCase in the snake_case section)",
         {"providers": {"p": {"kind": "openai", "baseUrl": "x"}}},
         "providers.p.baseUrl: unknown key (allowed: kind, base_url, api_key_env, headers, "
-        "timeout, stream_usage, system_prompt_update, context_window, models, replies, "
-        "latency_ms, loop)",
+        "timeout, stream_usage, system_prompt_update, context_window, reasoning_replay, models, "
+        "replies, latency_ms, loop)",
+    ),
+    (
+        "provider base_url that is not http",
+        {"providers": {"p": {"kind": "openai", "base_url": "file:///etc"}}},
+        "providers.p.base_url: must be an http:// or https:// URL",
+    ),
+    (
+        "anthropic base_url without a host",
+        {"providers": {"p": {"kind": "anthropic", "base_url": "https://"}}},
+        "providers.p.base_url: must be an http:// or https:// URL",
     ),
     (
         "unknown turn budget key",
@@ -567,6 +578,175 @@ def test_unreadable_and_non_mapping_files(tmp_path: Path, monkeypatch: pytest.Mo
         load_config(42)  # type: ignore[arg-type]
 
 
+# --- limits: size, aliases, nesting -----------------------------------------------------------
+
+MIB = 1024 * 1024
+
+
+def billion_laughs(indent: str = "") -> str:
+    """The classic file: nine levels, each a list of nine aliases of the level below."""
+    lines = [f'{indent}lol1: &lol1 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for level in range(2, 10):
+        aliases = ",".join([f"*lol{level - 1}"] * 9)
+        lines.append(f"{indent}lol{level}: &lol{level} [{aliases}]")
+    return "\n".join(lines) + "\n"
+
+
+# The same bomb where every value is legal: scripted tool-call arguments are free-form JSON.
+HIDDEN_BOMB = (
+    "providers:\n  s:\n    kind: scripted\n    replies:\n      - tool_calls:\n"
+    "          - name: t\n            arguments:\n" + billion_laughs(" " * 14)
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [(billion_laughs(), "5:14"), (HIDDEN_BOMB, "12:28")],
+    ids=["classic", "in-tool-arguments"],
+)
+def test_a_billion_laughs_file_is_refused_before_expansion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, where: str
+) -> None:
+    """Regression (issue 10 item 14): aliases were expanded by every walk of the loaded tree."""
+    (tmp_path / "c.yaml").write_text(text, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert error_of("c.yaml") == (
+        f"c.yaml: {where}: YAML aliases expand to more than 10000 nodes; refusing"
+    )
+
+
+def test_alias_uses_are_budgeted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    scalars = "headers: {a: &h x, " + ", ".join(f"k{i}: *h" for i in range(101)) + "}"
+    (tmp_path / "many.yaml").write_text(f"providers:\n  p: {{kind: openai, {scalars}}}\n")
+    assert error_of("many.yaml").startswith("many.yaml: 2:")
+    assert error_of("many.yaml").endswith(": more than 100 YAML aliases; refusing to expand them")
+    (tmp_path / "self.yaml").write_text("store: &loop [*loop]\n", encoding="utf-8")
+    assert error_of("self.yaml") == "self.yaml: 1:15: YAML alias *loop refers to itself"
+    # Ordinary reuse stays well inside the budget.
+    (tmp_path / "ok.yaml").write_text(
+        "providers:\n"
+        "  a: &base {kind: openai, base_url: 'https://x', timeout: {connect: 1, read: 2}}\n"
+        "  b: {<<: *base, api_key_env: B}\n"
+        "  c: {<<: *base, headers: {x: y}}\n",
+        encoding="utf-8",
+    )
+    config = load_config("ok.yaml")
+    assert config.providers["c"].timeout == TimeoutConfig(connect=1, read=2)
+    assert config.providers["b"].api_key_env == "B"
+
+
+def test_files_over_one_mib_are_refused_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (issue 10 item 14): any size was read and parsed."""
+    monkeypatch.chdir(tmp_path)
+    padded = "store: memory\n#"
+    (tmp_path / "limit.yaml").write_text(padded + "x" * (MIB - len(padded)), encoding="utf-8")
+    assert (tmp_path / "limit.yaml").stat().st_size == MIB
+    assert load_config("limit.yaml").store == "memory"
+    (tmp_path / "over.yaml").write_text(padded + "x" * (MIB + 1 - len(padded)), encoding="utf-8")
+    expected = "over.yaml: file is larger than 1048576 bytes (1 MiB)"
+    assert error_of("over.yaml") == expected
+    with (tmp_path / "huge.yaml").open("wb") as huge:  # sparse: 1 GiB of NULs, nothing on disk
+        huge.truncate(1024 * MIB)
+    assert error_of("huge.yaml") == expected.replace("over", "huge")
+    (tmp_path / "settings.yaml").write_text(padded + "x" * MIB, encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"settings\.yaml: file is larger than 1048576 bytes"):
+        load_settings_file(tmp_path / "settings.yaml")
+
+
+def deep_list(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def deep_mapping(depth: int) -> Any:
+    value: Any = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+DEEP = 10_000
+LIST_PATH = "store" + "[0]" * 63
+MAP_PATH = "providers" + ".a" * 63
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            f"store: {'[' * DEEP}{']' * DEEP}\n",
+            f"{LIST_PATH}: nested deeper than 64 levels (at 1:71)",
+        ),
+        (
+            f"providers: {'{a: ' * DEEP}1{'}' * DEEP}\n",
+            f"{MAP_PATH}: nested deeper than 64 levels (at 1:264)",
+        ),
+        (
+            "store:\n" + "".join(f"{'  ' * i}- \n" for i in range(100)),
+            f"{LIST_PATH}: nested deeper than 64 levels (at 65:127)",
+        ),
+    ],
+    ids=["flow-lists", "flow-mappings", "block-lists"],
+)
+def test_deep_yaml_is_a_config_error_naming_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, expected: str
+) -> None:
+    """Regression (issue 10 item 14): deep nesting raised RecursionError."""
+    (tmp_path / "c.yaml").write_text(text, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert error_of("c.yaml") == f"c.yaml: {expected}"
+    (tmp_path / "settings.yaml").write_text(text.replace("store", "persona"), encoding="utf-8")
+    with pytest.raises(ConfigError, match="nested deeper than 64 levels"):
+        load_settings_file(tmp_path / "settings.yaml")
+
+
+def test_deep_mappings_are_a_config_error_naming_the_path() -> None:
+    """Regression (issue 10 item 14): a deep mapping given directly raised RecursionError."""
+    message = "nested deeper than 64 levels"
+    assert error_of({"store": deep_list(DEEP)}) == f"<config>: {LIST_PATH}: {message}"
+    assert error_of({"providers": deep_mapping(DEEP)}) == f"<config>: {MAP_PATH}: {message}"
+    cycle: dict[str, Any] = {}
+    cycle["a"] = cycle
+    assert error_of({"providers": cycle}) == f"<config>: {MAP_PATH}: {message}"
+    shared: Any = ["lol"] * 9
+    for _ in range(8):  # a billion laughs made of shared Python lists
+        shared = [shared] * 9
+    assert error_of({"providers": {"s": {"kind": "scripted", "replies": shared}}}) == (
+        "<config>: more than 250000 values"
+    )
+
+
+async def test_open_runtime_refuses_a_deep_config_mapping() -> None:
+    """Regression (issue 10 item 14): ``open_runtime(config=...)`` raised RecursionError."""
+    with pytest.raises(ConfigError) as info:
+        async with open_runtime(config={"providers": deep_mapping(DEEP)}):
+            pass
+    assert str(info.value) == f"<config>: {MAP_PATH}: nested deeper than 64 levels"
+
+
+def test_the_deepest_allowed_nesting_loads(tmp_path: Path) -> None:
+    """64 levels load (the top-level mapping is level 1): the limit is not off by one."""
+    arguments = deep_mapping(64 - 7)  # below: the file, providers, s, replies, [0], tool_calls, [0]
+    raw = {"providers": {"s": {"kind": "scripted", "replies": [{"tool_calls": [{}]}]}}}
+    call = raw["providers"]["s"]["replies"][0]["tool_calls"][0]
+    call.update(name="t", arguments=arguments)
+    loaded = load_config(raw)
+    (reply,) = loaded.providers["s"].replies
+    assert reply.tool_calls[0].arguments == arguments
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    assert load_config(path).providers == loaded.providers
+    call["arguments"] = {"a": arguments}
+    assert error_of(raw).endswith(".a: nested deeper than 64 levels")
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    assert error_of(path).endswith(".a: nested deeper than 64 levels (at 63:126)")
+
+
 # --- settings ---------------------------------------------------------------------------------
 
 
@@ -690,7 +870,8 @@ _scripted = st.builds(
 _http = st.builds(
     ProviderConfig,
     kind=st.sampled_from(["openai", "anthropic"]),
-    base_url=st.none() | _non_empty,
+    base_url=st.none()
+    | st.builds("http://{}:8000/v1".format, st.from_regex(r"[a-z]{1,12}", fullmatch=True)),
     api_key_env=st.none() | _non_empty,
     headers=st.dictionaries(_texts, _texts, max_size=2),
     timeout=st.builds(TimeoutConfig, connect=_pos_floats, read=_pos_floats),

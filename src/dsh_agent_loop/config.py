@@ -21,6 +21,7 @@ import math
 import os
 import re
 import typing
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, TypeAlias, final
@@ -130,6 +131,8 @@ StoreUrl: TypeAlias = Annotated[str, _Rule("a store URL string", _store_url_prob
 ProviderKind: TypeAlias = Annotated[
     Literal["openai", "anthropic", "scripted"], _Rule("a string", _provider_kind_problem)
 ]
+ReasoningReplay: TypeAlias = Literal["never", "tool-turns", "always"]
+"""The ``reasoning_replay`` policy of an openai provider or model (SPEC §15)."""
 
 
 def _to_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
@@ -224,6 +227,9 @@ class ModelConfig:
     context_window: PositiveInt | None = None
     max_tokens: PositiveInt | None = None
     reasoning_effort: NonEmptyStr | None = None
+    reasoning_replay: ReasoningReplay | None = None
+    """openai: which assistant messages carry ``reasoning_content`` (None: the provider's
+    setting, else the built-in model table)."""
 
 
 @final
@@ -252,13 +258,17 @@ class ProviderConfig:
 
     kind: ProviderKind
     base_url: NonEmptyStr | None = None
-    api_key_env: NonEmptyStr | None = None
+    api_key_env: str | None = None
+    """The env var holding the key; absent, null or ``""``: no key is sent (keyless servers
+    and proxies), for both HTTP kinds."""
     headers: Mapping[str, str] = attrs.field(factory=FrozenDict, converter=_frozen_map)
     timeout: TimeoutConfig = attrs.field(factory=TimeoutConfig)
     stream_usage: bool = True
     system_prompt_update: Literal["in-history", "head"] | None = None
     """None: from the built-in model table (``deepseek-*`` → ``in-history``, else head)."""
     context_window: PositiveInt | None = None
+    reasoning_replay: ReasoningReplay | None = None
+    """openai: ``never`` | ``tool-turns`` | ``always`` for every model (None: the model table)."""
     models: Mapping[str, ModelConfig] = attrs.field(factory=FrozenDict, converter=_frozen_map)
     replies: tuple[ScriptedReplyConfig, ...] = attrs.field(default=(), converter=_to_tuple)
     latency_ms: NonNegativeNumber = 0.0
@@ -300,7 +310,17 @@ class _FileShape:
 _CAMEL_CLASSES: Final = frozenset({LoopConfig, AgentEntry, TurnBudget, SettingsLayer})
 #: Keys valid only for one provider kind (``scripted`` vs the HTTP kinds).
 _SCRIPTED_ONLY: Final = ("replies", "latency_ms", "loop")
-_HTTP_ONLY: Final = ("base_url", "api_key_env", "headers", "timeout", "stream_usage", "models")
+_HTTP_ONLY: Final = (
+    "base_url",
+    "api_key_env",
+    "headers",
+    "timeout",
+    "stream_usage",
+    "models",
+    "reasoning_replay",
+)
+_OPENAI_ONLY: Final = "reasoning_replay"
+"""Valid only for kind ``openai``, in the provider section and in its ``models`` entries."""
 
 
 def _camel(name: str) -> str:
@@ -652,6 +672,30 @@ def _provider_faults(providers: Mapping[Any, Any]) -> Iterator[Fault]:
         for key in provider:
             if key in wrong:
                 yield ("providers", str(name), key), why
+        base_url = provider.get("base_url")
+        if kind != "scripted" and isinstance(base_url, str) and not _is_http_url(base_url):
+            yield ("providers", str(name), "base_url"), "must be an http:// or https:// URL"
+        if kind == "anthropic":
+            yield from _openai_only_faults(str(name), provider)
+
+
+def _is_http_url(url: str) -> bool:
+    try:
+        parsed = urllib.parse.urlsplit(url)
+    except ValueError:
+        return False
+    return parsed.scheme in ("http", "https") and bool(parsed.hostname)
+
+
+def _openai_only_faults(name: str, provider: Mapping[Any, Any]) -> Iterator[Fault]:
+    why = "only valid for kind 'openai'"
+    if _OPENAI_ONLY in provider:
+        yield ("providers", name, _OPENAI_ONLY), why
+    models = provider.get("models")
+    if isinstance(models, Mapping):
+        for model, entry in models.items():
+            if isinstance(entry, Mapping) and _OPENAI_ONLY in entry:
+                yield ("providers", name, "models", str(model), _OPENAI_ONLY), why
 
 
 def _agent_faults(
@@ -707,10 +751,98 @@ def _cross_faults(raw: Mapping[Any, Any], base_dir: str, extra: Iterable[str]) -
 
 
 # --- loading ----------------------------------------------------------------------------------
+#
+# A config is untrusted input, and every later step (structuring, the cross-field rules,
+# freezing) walks the loaded tree recursively. So loading bounds that tree before anything walks
+# it: a file is refused unread past 1 MiB; the YAML composer counts alias uses and the nodes
+# they would add when expanded, refusing a "billion laughs" document before the constructor
+# builds anything; collections nest at most 64 levels, checked while composing (the composer
+# itself recurses) and again over a mapping given directly, so depth is a ConfigError naming
+# the key path, never a RecursionError.
+
+_MAX_CONFIG_BYTES: Final = 1024 * 1024
+"""Largest config or settings file read (1 MiB)."""
+_MAX_YAML_ALIASES: Final = 100
+"""Alias uses (``*name``, ``<<: *name``) allowed in one YAML document."""
+_MAX_YAML_ALIAS_NODES: Final = 10_000
+"""Nodes the aliases of one YAML document may add when expanded."""
+_MAX_CONFIG_DEPTH: Final = 64
+"""Deepest nesting of mappings and lists (the top-level mapping is level 1)."""
+_MAX_CONFIG_VALUES: Final = 250_000
+"""Values in a loaded tree, shared ones counted at each use (a mapping given directly can
+share lists the way YAML aliases do)."""
+
+
+class _Refused(yaml.YAMLError):
+    """A YAML document over a loading limit: ``message`` at ``path``, found at ``where``."""
+
+    def __init__(self, message: str, path: KeyPath, event: yaml.Event) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        mark = event.start_mark
+        self.where = f"{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        """``line:column`` of the refused node (1-based), or empty."""
+
+
+def _path_part(parent: yaml.Node | None, index: Any) -> str | int:
+    """The key path element of a node composed under ``parent`` at ``index``."""
+    if isinstance(index, int):
+        return index
+    if isinstance(index, yaml.ScalarNode):
+        return str(index.value)
+    return "<key>" if isinstance(parent, yaml.MappingNode) else "<complex key>"
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """A safe YAML loader that refuses duplicate keys in a mapping."""
+    """A safe YAML loader that refuses duplicate keys, alias bombs and deep nesting."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+        self._alias_nodes = 0
+        self._sizes: dict[int, int] = {}  # id(collection node) -> its node count, expanded
+        self._path: list[str | int] = []
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        """Compose one node, keeping the alias budget and the nesting limit."""
+        event: yaml.Event = self.peek_event()  # type: ignore[no-untyped-call]  # untyped stub
+        if isinstance(event, yaml.AliasEvent):
+            return self._compose_alias(parent, index, event)
+        if not isinstance(event, yaml.CollectionStartEvent):
+            return super().compose_node(parent, index)
+        if parent is not None:
+            self._path.append(_path_part(parent, index))
+        if len(self._path) >= _MAX_CONFIG_DEPTH:
+            problem = f"nested deeper than {_MAX_CONFIG_DEPTH} levels"
+            raise _Refused(problem, tuple(self._path), event)
+        node = super().compose_node(parent, index)
+        if parent is not None:
+            self._path.pop()
+        if isinstance(node, yaml.CollectionNode):
+            children = (
+                [n for pair in node.value for n in pair]
+                if isinstance(node, yaml.MappingNode)
+                else node.value
+            )
+            self._sizes[id(node)] = 1 + sum(self._sizes.get(id(c), 1) for c in children)
+        return node
+
+    def _compose_alias(
+        self, parent: yaml.Node | None, index: Any, event: yaml.AliasEvent
+    ) -> yaml.Node | None:
+        node = super().compose_node(parent, index)  # an undefined alias fails here
+        self._aliases += 1
+        if self._aliases > _MAX_YAML_ALIASES:
+            problem = f"more than {_MAX_YAML_ALIASES} YAML aliases; refusing to expand them"
+            raise _Refused(problem, (), event)
+        if isinstance(node, yaml.CollectionNode) and id(node) not in self._sizes:
+            raise _Refused(f"YAML alias *{event.anchor} refers to itself", (), event)
+        self._alias_nodes += self._sizes.get(id(node), 1)
+        if self._alias_nodes > _MAX_YAML_ALIAS_NODES:
+            problem = f"YAML aliases expand to more than {_MAX_YAML_ALIAS_NODES} nodes; refusing"
+            raise _Refused(problem, (), event)
+        return node
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -733,6 +865,12 @@ class _StrictLoader(yaml.SafeLoader):
 def _parse_yaml(text: str, label: str) -> Any:
     try:
         return yaml.load(text, Loader=_StrictLoader)
+    except _Refused as exc:
+        if exc.path:
+            at = f" (at {exc.where})" if exc.where else ""
+            raise ConfigError(f"{label}: {_render(exc.path)}: {exc.message}{at}") from None
+        where = f"{exc.where}: " if exc.where else ""
+        raise ConfigError(f"{label}: {where}{exc.message}") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{mark.line + 1}:{mark.column + 1}: " if mark is not None else ""
@@ -744,12 +882,47 @@ def _parse_yaml(text: str, label: str) -> Any:
 
 def _read_yaml(path: str | os.PathLike[str], label: str) -> Any:
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{label}: cannot read: not UTF-8 text") from None
+        with Path(path).open("rb") as file:
+            data = file.read(_MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{label}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > _MAX_CONFIG_BYTES:
+        raise ConfigError(f"{label}: file is larger than {_MAX_CONFIG_BYTES} bytes (1 MiB)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{label}: cannot read: not UTF-8 text") from None
     return _parse_yaml(text, label)
+
+
+def _check_nesting(raw: Any, label: str) -> None:
+    """Refuse a tree nested deeper than the limit (a cycle included) or with too many values.
+
+    Iterative, so a tree of any depth is refused without recursing; children are visited in
+    order, so the path named is the first one in file order.
+
+    Raises:
+        ConfigError: ``LABEL: key.path: nested deeper than 64 levels`` or too many values.
+    """
+    stack: list[tuple[Any, KeyPath]] = [(raw, ())]
+    values = 0
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, Mapping):
+            children: list[tuple[str | int, Any]] = [
+                (k if isinstance(k, str) else str(k), v) for k, v in value.items()
+            ]
+        elif isinstance(value, list | tuple):
+            children = list(enumerate(value))
+        else:
+            continue
+        if len(path) >= _MAX_CONFIG_DEPTH:
+            where = f"{_render(path)}: " if path else ""
+            raise ConfigError(f"{label}: {where}nested deeper than {_MAX_CONFIG_DEPTH} levels")
+        values += len(children)
+        if values > _MAX_CONFIG_VALUES:
+            raise ConfigError(f"{label}: more than {_MAX_CONFIG_VALUES} values")
+        stack.extend((child, (*path, key)) for key, child in reversed(children))
 
 
 def _from_raw(raw: Any, label: str, base_dir: str, known_providers: Iterable[str]) -> RuntimeConfig:
@@ -757,6 +930,7 @@ def _from_raw(raw: Any, label: str, base_dir: str, known_providers: Iterable[str
         raw = {}
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{label}: expected a mapping at the top level, got {_kind(raw)}")
+    _check_nesting(raw, label)
     shape, faults = _structure(raw, _FileShape)
     faults.extend(_cross_faults(raw, base_dir, known_providers))
     _raise_faults(faults, raw, label)

@@ -157,3 +157,58 @@ def test_bad_usage_exits_2_with_one_line(tmp_path: Path) -> None:
     bad_store = cli("sessions", "list", "--store", "redis://x", cwd=tmp_path)
     assert bad_store.returncode == 2
     assert bad_store.stderr.startswith("--store: unsupported store URL 'redis://x'")
+
+
+def _laughs() -> str:
+    lines = ['lol1: &lol1 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for level in range(2, 10):
+        lines.append(f"lol{level}: &lol{level} [" + ",".join([f"*lol{level - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+_DEEP = 10_000
+_ONE_MIB = 1024 * 1024
+
+# Issue 10 item 14: hostile files are refused with one line and exit 2 (before: exit 1 with a
+# RecursionError line, or the file read whole and then refused or run for another reason).
+LIMITS = [
+    pytest.param(
+        _laughs(),
+        "bad.yaml: 5:14: YAML aliases expand to more than 10000 nodes; refusing",
+        id="billion-laughs",
+    ),
+    pytest.param(
+        "store: memory\n#" + "x" * _ONE_MIB,
+        "bad.yaml: file is larger than 1048576 bytes (1 MiB)",
+        id="over-1-MiB",
+    ),
+    pytest.param(
+        f"store: {'[' * _DEEP}{']' * _DEEP}\n",
+        "bad.yaml: store" + "[0]" * 63 + ": nested deeper than 64 levels (at 1:71)",
+        id="deep-lists",
+    ),
+    pytest.param(
+        f"providers: {'{a: ' * _DEEP}1{'}' * _DEEP}\n",
+        "bad.yaml: providers" + ".a" * 63 + ": nested deeper than 64 levels (at 1:264)",
+        id="deep-mappings",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), LIMITS)
+def test_hostile_configs_exit_2_with_one_line(tmp_path: Path, text: str, expected: str) -> None:
+    (tmp_path / "bad.yaml").write_text(text, encoding="utf-8")
+    done = cli("run", "bad.yaml", "--prompt", "hi", cwd=tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", expected + "\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
+
+
+def test_a_hostile_settings_file_exits_2_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "ok.yaml").write_text(agents("{id: a, provider: s}"), encoding="utf-8")
+    settings = tmp_path / ".xdg" / "dsh-agent" / "settings.yaml"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(f"persona: {'[' * _DEEP}{']' * _DEEP}\n", encoding="utf-8")
+    done = cli("run", "ok.yaml", "--prompt", "hi", cwd=tmp_path)
+    expected = f"{settings}: persona" + "[0]" * 63 + ": nested deeper than 64 levels (at 1:73)"
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", expected + "\n")
+    assert not (tmp_path / "sessions.db").exists()

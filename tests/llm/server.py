@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,9 @@ class LoopbackServer:
 
     port: int = 0
     default: Reply | None = None
+    gate: Callable[[Recorded], Reply | None] | None = None
+    """Sees each request first; a reply it returns (an API's refusal) is served instead of
+    the next queued one, which then waits for the next request."""
     queue: list[Reply] = attrs.field(factory=list)
     requests: list[Recorded] = attrs.field(factory=list)
     connections: int = 0
@@ -130,7 +133,8 @@ class LoopbackServer:
         if request is None:
             return False
         self.requests.append(request)
-        reply = self._next()
+        refusal = self.gate(request) if self.gate is not None else None
+        reply = refusal if refusal is not None else self._next()
         if reply.delay:
             await trio.sleep(reply.delay)
         if reply.reset_before_head:

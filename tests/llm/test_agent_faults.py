@@ -91,8 +91,8 @@ THINKING = sse_events(transcript("anthropic_thinking_tools"))
 CLAUDE_HI = [an_start(), *an_text_block(0, "Hi")]
 
 
-def claude_tool(index: int, call_id: str, *parts: str, stop: bool = True) -> list[bytes]:
-    """A ``write_file`` tool_use block streamed as ``parts``."""
+def claude_tool(index: int, call_id: str, *parts: Any, stop: bool = True) -> list[bytes]:
+    """A ``write_file`` tool_use block streamed as ``parts`` (JSON text, or bad values)."""
     block = {"type": "tool_use", "id": call_id, "name": "write_file", "input": {}}
     out = [an("content_block_start", index=index, content_block=block)]
     out += [
@@ -106,6 +106,18 @@ def claude_tool(index: int, call_id: str, *parts: str, stop: bool = True) -> lis
     if stop:
         out.append(an("content_block_stop", index=index))
     return out
+
+
+def bad_tool_use() -> bytes:
+    """A tool_use block start whose input is a list, not an object."""
+    block = {"type": "tool_use", "id": "toolu_bad", "name": "write_file", "input": ["x"]}
+    return an("content_block_start", index=1, content_block=block)
+
+
+def oai_finish(reason: Any) -> bytes:
+    """A finish frame with any ``finish_reason`` value."""
+    body = {"choices": [{"index": 0, "delta": {}, "finish_reason": reason}]}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
 def error_reply(status: int, body: Any, *headers: tuple[str, str]) -> Reply:
@@ -241,7 +253,23 @@ CASES: dict[str, Case] = {
     ),
     "empty stream": rec(Reply(pieces=[]), code="STREAM_CUT", says="without a finish"),
     "missing [DONE]": ok(Reply(pieces=GOOD[:4]), content=[{"type": "text", "text": "Hi there"}]),
-    "[DONE] without a finish": rec(Reply(pieces=[HI, DONE]), code="STREAM_CUT", text="Hi"),
+    "[DONE] without a finish": ok(
+        Reply(pieces=[HI, THERE, oai_usage(), DONE]),
+        content=[{"type": "text", "text": "Hi there"}],
+    ),
+    "[DONE] without a finish after a tool call": ok(
+        Reply(pieces=[oai_call(0, "call_done", "write", '{"text": "hi"}'), DONE]),
+        content=[
+            {
+                "type": "tool-call",
+                "call_id": "call_done",
+                "name": "write",
+                "arguments": '{"text": "hi"}',
+            }
+        ],
+        tools_ran=1,
+    ),
+    "[DONE] before any content": rec(Reply(pieces=[DONE]), code="STREAM_CUT"),
     "keep-alive flood": ok(
         Reply.sse(
             b"".join([HI, b": keep-alive\n\n" * 10_000, THERE, b":\r\n\r\n" * 5_000, *GOOD[2:]]),
@@ -276,6 +304,69 @@ CASES: dict[str, Case] = {
         reasoning=DS_REASONING,
         text="Let me check Oslo.",
         dropped=("call_00_kT3xQw9Lm",),
+    ),
+    "refusal text is the answer": ok(
+        Reply(pieces=[oai({"refusal": "I can't"}), oai({"refusal": " help."}), STOP, DONE]),
+        content=[{"type": "text", "text": "I can't help."}],
+    ),
+    "content as a list of typed parts": ok(
+        Reply(
+            pieces=[
+                oai({"content": [{"type": "text", "text": "Hi"}, {"type": "image_url"}]}),
+                oai({"content": [{"type": "text", "text": " there"}]}),
+                STOP,
+                oai_usage(),
+                DONE,
+            ]
+        ),
+        content=[{"type": "text", "text": "Hi there"}],
+    ),
+    # --- deltas that cannot be read: the attempt fails in the adapter, never the turn machine ---
+    "delta content is a number": err(
+        Reply(pieces=[HI, oai({"content": 5}), STOP, DONE]),
+        code="BAD_STREAM",
+        text="Hi",
+        says="malformed frame",
+    ),
+    "a content part is malformed": err(
+        Reply(pieces=[HI, oai({"content": [{"type": "text", "text": None}]}), STOP, DONE]),
+        code="BAD_STREAM",
+        text="Hi",
+    ),
+    "reasoning is not a string": err(
+        Reply(pieces=[oai({"reasoning_content": {"text": "x"}}), STOP, DONE]), code="BAD_STREAM"
+    ),
+    "tool call name is a number": err(
+        Reply(
+            pieces=[
+                HI,
+                oai({"tool_calls": [{"index": 0, "id": "c", "function": {"name": 7}}]}),
+                oai({}, "tool_calls"),
+                DONE,
+            ]
+        ),
+        code="BAD_STREAM",
+        text="Hi",
+    ),
+    "tool call arguments are a list": err(
+        Reply(
+            pieces=[
+                oai_call(0, "call_list", "write", ""),
+                oai({"tool_calls": [{"index": 0, "function": {"arguments": ["x"]}}]}),
+                oai({}, "tool_calls"),
+                DONE,
+            ]
+        ),
+        code="BAD_STREAM",
+        dropped=("call_list",),
+    ),
+    "usage count is a string": err(
+        Reply(pieces=[HI, STOP, oai({}, usage={"prompt_tokens": "10"}), DONE]),
+        code="BAD_STREAM",
+        text="Hi",
+    ),
+    "finish_reason is a number": err(
+        Reply(pieces=[HI, oai_finish(7), DONE]), code="BAD_STREAM", text="Hi"
     ),
     # --- the output cap ---
     "max tokens inside tool arguments": ok(
@@ -384,7 +475,7 @@ CASES: dict[str, Case] = {
         Reply.sse(transcript("anthropic_overloaded"), piece=50),
         code="HTTP_5XX",
         kind="anthropic",
-        says="overloaded_error",
+        says="Overloaded",
         dropped=("toolu_01Ov",),
     ),
     "anthropic: api_error event after text": err(
@@ -483,6 +574,31 @@ CASES: dict[str, Case] = {
         aborted=("toolu_ok",),
         dropped=("toolu_cut",),
     ),
+    "anthropic: text delta is a number": err(
+        Reply(
+            pieces=[
+                *CLAUDE_HI,
+                an("content_block_delta", index=0, delta={"type": "text_delta", "text": 5}),
+                *an_end(),
+            ]
+        ),
+        code="BAD_STREAM",
+        kind="anthropic",
+        text="Hi",
+    ),
+    "anthropic: tool_use input is a list": err(
+        Reply(pieces=[*CLAUDE_HI, bad_tool_use(), *an_end()]),
+        code="BAD_STREAM",
+        kind="anthropic",
+        text="Hi",
+    ),
+    "anthropic: partial_json is an object": err(
+        Reply(pieces=[*CLAUDE_HI, *claude_tool(1, "toolu_obj", {"path": "a"}), *an_end()]),
+        code="BAD_STREAM",
+        kind="anthropic",
+        text="Hi",
+        dropped=("toolu_obj",),
+    ),
     "anthropic: 529 overloaded": rec(
         error_reply(
             529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
@@ -570,6 +686,8 @@ async def test_fault_through_a_whole_turn(name: str) -> None:
         h.server.push(*case.replies)
         frames: list[Any] = []
         h.rt.hooks.on("agent/assistant-stream", lambda event: frames.append(event.data))
+        errors: list[Any] = []
+        h.rt.hooks.on("agent/error", lambda event: errors.append(plain(event.data)))
         h.rt.hooks.waterfall("agent/request-error", fast_transient_retry)
         if case.refused_until:
             h.rt.hooks.waterfall("agent/request", reroute(case))
@@ -592,6 +710,12 @@ async def test_fault_through_a_whole_turn(name: str) -> None:
             stream = attempts[0].data["stream"]
             assert stream.get("text", "") == case.text
             assert stream.get("reasoning", "") == case.reasoning
+
+        # a turn that ends error says so once on agent/error, with the same error (docs/events.md)
+        if end["kind"] == "error":
+            assert errors == [{"agent_id": "main", "turn": 1, "step": 1, "error": end["error"]}]
+        else:
+            assert errors == []
 
         messages = of_type(turn1, "assistant/message")
         if case.outcome == "error":

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dsh_agent_loop import AgentOptions, MemoryStore, open_runtime
 from dsh_agent_loop._frozen import FrozenDict, freeze
 from dsh_agent_loop.llm.anthropic import (
     AnthropicAdapter,
@@ -322,6 +324,37 @@ async def test_overrides_from_config(server: LoopbackServer) -> None:
         await collect(adapter, cfg("my-claude"))
     assert "x-api-key" not in server.requests[0].headers
     assert server.requests[0].headers["anthropic-beta"] == "x"
+
+
+@pytest.mark.parametrize(
+    "key", [{"api_key_env": None}, {"api_key_env": ""}, {}], ids=["null", "empty", "absent"]
+)
+async def test_config_without_a_key_env_sends_no_key(
+    server: LoopbackServer, monkeypatch: pytest.MonkeyPatch, key: dict[str, object]
+) -> None:
+    # A keyless proxy: the turn runs with no key anywhere and no x-api-key header is sent.
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    server.push(Reply.sse(transcript("anthropic_text")))
+    config = {"providers": {"proxy": {"kind": "anthropic", "base_url": server.url, **key}}}
+    async with open_runtime(config, store=MemoryStore(), seed=0) as rt:
+        handle = await rt.agents.create(
+            options=AgentOptions(id="main", provider="proxy", model="claude-3-5-haiku-20241022")
+        )
+        handle.agent.followup("hi")
+        with trio.fail_after(20):
+            await handle.agent.wait_idle()
+        ends = [e.data["reason"] for e in handle.agent.session.events if e.type == "turn/end"]
+    assert ends == [{"kind": "completed"}]
+    assert len(server.requests) == 1
+    assert "x-api-key" not in server.requests[0].headers
+
+
+async def test_empty_key_env_sends_no_key(server: LoopbackServer) -> None:
+    server.push(Reply.sse(transcript("anthropic_text")))
+    async with closing(adapter_for(server, api_key_env="")) as adapter:
+        chunks = await collect(adapter, cfg())
+    assert chunks[-1] == Finish("stop", stop_reason="end_turn")
+    assert "x-api-key" not in server.requests[0].headers
 
 
 async def test_connection_reuse(server: LoopbackServer) -> None:

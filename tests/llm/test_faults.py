@@ -17,21 +17,27 @@ import attrs
 import httpx
 import pytest
 import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dsh_agent_loop.llm._http import parse_retry_after
-from dsh_agent_loop.llm.anthropic import AnthropicAdapter
+from dsh_agent_loop.llm.anthropic import AnthropicAdapter, AnthropicStreamDecoder
+from dsh_agent_loop.llm.assemble import Assembler
 from dsh_agent_loop.llm.base import (
     BlockEnd,
     BlockStart,
     Chunk,
+    Failure,
     Finish,
     ModelRequest,
+    ReasoningDelta,
     TextDelta,
     ToolCallDelta,
     Usage,
     UsageChunk,
 )
-from dsh_agent_loop.llm.openai import OpenAIAdapter
+from dsh_agent_loop.llm.openai import OpenAIAdapter, OpenAIStreamDecoder
+from dsh_agent_loop.llm.sse import SSEEvent
 
 from .server import (
     USER_HI,
@@ -78,6 +84,10 @@ def usage_frame(prompt: int = 5, completion: int = 2) -> bytes:
 
 
 HI = frame({"role": "assistant", "content": "Hi"})
+CALL_B = {"index": 1, "id": "b", "function": {"name": "now"}}
+CALL_A = frame(
+    {"tool_calls": [{"index": 0, "id": "a", "function": {"name": "f", "arguments": '{"x": 1}'}}]}
+)
 THERE = frame({"content": " there"})
 STOP = frame({}, "stop")
 DONE = b"data: [DONE]\n\n"
@@ -262,7 +272,81 @@ STREAM_CASES: dict[str, tuple[Reply, list[Chunk | Err]]] = {
         Reply(pieces=[HI, THERE, STOP], cut_after=3),
         [*GOOD_CHUNKS[:4], Finish("stop", stop_reason="stop")],
     ),
-    "[DONE] without a finish": (Reply(pieces=[HI, DONE]), [*PREFIX, Err("STREAM_CUT")]),
+    "[DONE] without a finish after text": (
+        Reply(pieces=[HI, THERE, usage_frame(), DONE]),
+        [*GOOD_CHUNKS[:4], UsageChunk(Usage(5, 2)), Finish("stop")],
+    ),
+    "[DONE] without a finish after tool calls": (
+        Reply(pieces=[HI, CALL_A, frame({"tool_calls": [CALL_B]}), DONE]),
+        [
+            *PREFIX,
+            BlockEnd(0),
+            BlockStart(1, "tool-call", "a", "f"),
+            ToolCallDelta(1, '{"x": 1}'),
+            BlockStart(2, "tool-call", "b", "now"),
+            BlockEnd(1),
+            ToolCallDelta(2, "{}"),
+            BlockEnd(2),
+            Finish("tool-calls"),
+        ],
+    ),
+    "[DONE] without a finish after a refusal": (
+        Reply(pieces=[frame({"refusal": "No."}), DONE]),
+        [BlockStart(0, "text"), TextDelta(0, "No."), BlockEnd(0), Finish("stop", "refusal")],
+    ),
+    "[DONE] before any content": (
+        Reply(pieces=[usage_frame(), DONE]),
+        [Err("STREAM_CUT", says="before any content")],
+    ),
+    "refusal text is the answer": (
+        Reply(
+            pieces=[
+                frame({"role": "assistant", "content": None, "refusal": "I can't"}),
+                frame({"refusal": " help with that."}),
+                STOP,
+                usage_frame(),
+                DONE,
+            ]
+        ),
+        [
+            BlockStart(0, "text"),
+            TextDelta(0, "I can't"),
+            TextDelta(0, " help with that."),
+            BlockEnd(0),
+            UsageChunk(Usage(5, 2)),
+            Finish("stop", stop_reason="refusal"),
+        ],
+    ),
+    "refusal cut by the content filter keeps that reason": (
+        Reply(pieces=[frame({"refusal": "No"}), frame({}, "content_filter"), DONE]),
+        [
+            BlockStart(0, "text"),
+            TextDelta(0, "No"),
+            BlockEnd(0),
+            Finish("stop", stop_reason="content_filter"),
+        ],
+    ),
+    "content as a list of typed parts": (
+        Reply(
+            pieces=[
+                frame({"role": "assistant", "content": [{"type": "text", "text": "Hi"}]}),
+                frame({"content": [{"type": "reference", "ids": [1]}]}),
+                frame(
+                    {
+                        "content": [
+                            {"type": "thinking", "thinking": [{"type": "text", "text": "hm"}]},
+                            {"type": "text", "text": " th"},
+                            {"type": "text", "text": "ere"},
+                        ]
+                    }
+                ),
+                STOP,
+                usage_frame(),
+                DONE,
+            ]
+        ),
+        [*PREFIX, TextDelta(0, " there"), *GOOD_CHUNKS[3:]],
+    ),
     "keep-alive flood": (
         Reply.sse(
             b"".join([HI, b": keep-alive\n\n" * 10_000, THERE, b":\r\n\r\n" * 5_000, *GOOD[2:]]),
@@ -394,6 +478,223 @@ async def test_openai_stream_fault(server: LoopbackServer, case: str) -> None:
     check(await run_openai(server, reply), expected)
 
 
+# --- frames that cannot be read ---------------------------------------------------------------
+
+
+def raw(body: Any) -> bytes:
+    """One ``data:`` event holding ``body`` as JSON, whatever its shape."""
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def call(**entry: Any) -> bytes:
+    """A frame whose one tool_calls entry is ``entry``."""
+    return frame({"tool_calls": [entry]})
+
+
+F = {"name": "f", "arguments": "{}"}
+
+#: Each frame follows a good first text frame; the attempt ends BAD_STREAM after its prefix.
+BAD_OPENAI_FRAMES: dict[str, bytes] = {
+    "delta is a string": raw({"choices": [{"index": 0, "delta": "Hi"}]}),
+    "delta is a list": raw({"choices": [{"index": 0, "delta": [{"content": "Hi"}]}]}),
+    "choices is an object": raw({"choices": {"0": {"delta": {"content": "x"}}}}),
+    "choices is a string": raw({"choices": "abc"}),
+    "a choice is not an object": raw({"choices": ["x"]}),
+    "content is a number": frame({"content": 5}),
+    "content is an object": frame({"content": {"text": "x"}}),
+    "a content part is a string": frame({"content": ["x"]}),
+    "a content part has no type": frame({"content": [{"text": "x"}]}),
+    "a text part has no text": frame({"content": [{"type": "text"}]}),
+    "a text part's text is a number": frame({"content": [{"type": "text", "text": 1}]}),
+    "reasoning is a list": frame({"reasoning_content": ["x"]}),
+    "refusal is an object": frame({"refusal": {"text": "no"}}),
+    "tool_calls is an object": frame({"tool_calls": {"index": 0, "function": F}}),
+    "a tool_calls entry is a string": frame({"tool_calls": ["f"]}),
+    "tool call index is a string": call(index="0", id="a", function=F),
+    "tool call index is a float": call(index=0.0, id="a", function=F),
+    "tool call index is a boolean": call(index=True, id="a", function=F),
+    "tool call id is a list": call(index=0, id=["a"], function=F),
+    "tool call name is a number": call(index=0, id="a", function={"name": 7}),
+    "tool call function is a string": call(index=0, id="a", function="f"),
+    "tool call arguments are a list": call(
+        index=0, id="a", function={"name": "f", "arguments": [1]}
+    ),
+    "tool call arguments are a number": call(
+        index=0, id="a", function={"name": "f", "arguments": 5}
+    ),
+    "usage is a string": raw({"choices": [], "usage": "lots"}),
+    "usage count is a string": raw({"choices": [], "usage": {"prompt_tokens": "5"}}),
+    "usage count is a float": raw({"choices": [], "usage": {"completion_tokens": 2.5}}),
+    "usage count is negative": raw({"choices": [], "usage": {"prompt_tokens": -1}}),
+    "usage count is a boolean": raw({"choices": [], "usage": {"prompt_tokens": True}}),
+    "usage details are a number": raw(
+        {"choices": [], "usage": {"prompt_tokens": 1, "prompt_tokens_details": 3}}
+    ),
+    "finish_reason is a number": raw({"choices": [{"index": 0, "delta": {}, "finish_reason": 1}]}),
+    "finish_reason is a list": raw(
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": ["stop"]}]}
+    ),
+    "JSON nested too deep": b"data: " + b"[" * 100_000 + b"\n\n",
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_OPENAI_FRAMES))
+async def test_openai_unreadable_frame_is_bad_stream(server: LoopbackServer, case: str) -> None:
+    reply = Reply(pieces=[HI, BAD_OPENAI_FRAMES[case], THERE, STOP, usage_frame(), DONE])
+    check(await run_openai(server, reply), [*PREFIX, Err("BAD_STREAM", says="malformed frame")])
+
+
+# --- any frame: a chunk or a malformed-frame error, nothing else --------------------------------
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-1, 3)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+_TEXT = st.text(max_size=4) | _JSON
+_COUNT = st.integers(0, 9) | _JSON
+_INDEX = st.integers(0, 2) | _JSON
+
+
+def _obj(required: dict[str, Any] | None = None, **optional: Any) -> Any:
+    """An object with some of the ``optional`` fields, or (rarely) any JSON value instead."""
+    return st.fixed_dictionaries(required or {}, optional=optional) | _JSON
+
+
+_OPENAI_FRAME = st.fixed_dictionaries(
+    {},
+    optional={
+        "choices": st.lists(
+            _obj(
+                index=_INDEX,
+                finish_reason=st.sampled_from(["stop", "tool_calls", "length"]) | _JSON,
+                delta=_obj(
+                    content=_TEXT | st.lists(_obj(type=st.just("text") | _TEXT, text=_TEXT)),
+                    reasoning_content=_TEXT,
+                    refusal=_TEXT,
+                    tool_calls=st.lists(
+                        _obj(
+                            index=_INDEX,
+                            id=_TEXT,
+                            function=_obj(
+                                name=_TEXT,
+                                arguments=_TEXT | st.dictionaries(st.text(max_size=2), _JSON),
+                            ),
+                        ),
+                        max_size=2,
+                    ),
+                ),
+            ),
+            max_size=2,
+        ),
+        "usage": _obj(
+            prompt_tokens=_COUNT,
+            completion_tokens=_COUNT,
+            prompt_tokens_details=_obj(cached_tokens=_COUNT),
+        ),
+    },
+)
+_BLOCK_TYPES = st.sampled_from(["text", "thinking", "redacted_thinking", "tool_use", "image"])
+_DELTA_TYPES = st.sampled_from(
+    ["text_delta", "input_json_delta", "thinking_delta", "signature_delta"]
+)
+_CLAUDE_USAGE = _obj(input_tokens=_COUNT, output_tokens=_COUNT, cache_read_input_tokens=_COUNT)
+_CLAUDE_FRAME = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "type": st.just("content_block_start"),
+            "index": _INDEX,
+            "content_block": _obj(
+                {"type": _BLOCK_TYPES},
+                text=_TEXT,
+                thinking=_TEXT,
+                signature=_TEXT,
+                data=_TEXT,
+                id=_TEXT,
+                name=_TEXT,
+                input=_JSON,
+            ),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "type": st.just("content_block_delta"),
+            "index": _INDEX,
+            "delta": _obj(
+                {"type": _DELTA_TYPES},
+                text=_TEXT,
+                partial_json=_TEXT,
+                thinking=_TEXT,
+                signature=_TEXT,
+            ),
+        }
+    ),
+    st.fixed_dictionaries({"type": st.just("content_block_stop"), "index": _INDEX}),
+    st.fixed_dictionaries({"type": st.just("message_start"), "message": _obj(usage=_CLAUDE_USAGE)}),
+    st.fixed_dictionaries(
+        {"type": st.just("message_delta")},
+        optional={"delta": _obj(stop_reason=_TEXT), "usage": _CLAUDE_USAGE},
+    ),
+    st.just({"type": "message_stop"}),
+    st.fixed_dictionaries({"type": st.just("error"), "error": _JSON}),
+)
+#: What a frame decoder may raise for a frame it cannot read (the pump's ``BAD_STREAM``).
+MALFORMED = (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError)
+_CHUNK_FIELDS: dict[type, dict[str, tuple[type, ...]]] = {
+    BlockStart: {
+        "index": (int,),
+        "kind": (str,),
+        "call_id": (str, type(None)),
+        "name": (str, type(None)),
+    },
+    TextDelta: {"index": (int,), "text": (str,)},
+    ReasoningDelta: {"index": (int,), "text": (str,)},
+    ToolCallDelta: {"index": (int,), "arguments": (str,)},
+    BlockEnd: {"index": (int,)},
+    Finish: {"reason": (str,), "stop_reason": (str, type(None))},
+}
+
+
+def _well_typed(chunk: Chunk) -> None:
+    if isinstance(chunk, UsageChunk):
+        fields = attrs.asdict(chunk.usage)
+        assert all(type(v) is int or v is None for v in fields.values()), chunk
+        return
+    for field, types in _CHUNK_FIELDS[type(chunk)].items():
+        assert type(getattr(chunk, field)) in types, chunk
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), anthropic=st.booleans())
+def test_any_frame_gives_typed_chunks_or_a_malformed_frame(
+    data: st.DataObject, anthropic: bool
+) -> None:
+    frames = data.draw(st.lists(_CLAUDE_FRAME if anthropic else _OPENAI_FRAME, max_size=6))
+    decoder: Any = AnthropicStreamDecoder() if anthropic else OpenAIStreamDecoder()
+    chunks: list[Chunk] = []
+    for frame in frames:
+        try:
+            chunks += decoder.feed(SSEEvent(json.dumps(frame)))
+        except MALFORMED:
+            break  # the pump's BAD_STREAM
+        if decoder.done:
+            break
+    else:
+        chunks += decoder.end()
+    assembler = Assembler()
+    for chunk in chunks:
+        _well_typed(chunk)
+        assembler.feed(chunk)
+    assembler.content()
+    assembler.delivered_text()
+
+
 # --- Anthropic stream faults ----------------------------------------------------------------
 
 CLAUDE_CASES: dict[str, tuple[Reply, list[Chunk | Err]]] = {
@@ -402,7 +703,7 @@ CLAUDE_CASES: dict[str, tuple[Reply, list[Chunk | Err]]] = {
         [
             BlockStart(0, "tool-call", "toolu_01Ov", "search"),
             ToolCallDelta(0, '{"q": "tr'),
-            Err("HTTP_5XX", says="overloaded_error"),
+            Err("HTTP_5XX", says="Overloaded"),
         ],
     ),
     "api_error event after text": (
@@ -535,6 +836,156 @@ CLAUDE_CASES: dict[str, tuple[Reply, list[Chunk | Err]]] = {
 async def test_anthropic_stream_fault(server: LoopbackServer, case: str) -> None:
     reply, expected = CLAUDE_CASES[case]
     check(await run_claude(server, reply), expected)
+
+
+def tool_use(index: Any = 1, **block: Any) -> bytes:
+    """``content_block_start`` of a tool_use block (fields overridable)."""
+    content = {"type": "tool_use", "id": "t", "name": "f", "input": {}, **block}
+    return an("content_block_start", index=index, content_block=content)
+
+
+def delta(dtype: str, index: Any = 0, **fields: Any) -> bytes:
+    return an("content_block_delta", index=index, delta={"type": dtype, **fields})
+
+
+def an_end_turn() -> list[bytes]:
+    return [
+        an("message_delta", delta={"stop_reason": "end_turn"}, usage={"output_tokens": 3}),
+        an("message_stop"),
+    ]
+
+
+TOOL_STARTED: list[Chunk] = [BlockStart(1, "tool-call", "t", "f")]
+THINKING_STARTED: list[Chunk] = [BlockStart(1, "reasoning")]
+THINKING = an("content_block_start", index=1, content_block={"type": "thinking", "thinking": ""})
+
+#: Events that follow ``CLAUDE_TEXT`` (a text block that delivered "Hi"), with the chunks the
+#: events before the bad one produce; the attempt then ends BAD_STREAM.
+BAD_CLAUDE_EVENTS: dict[str, tuple[list[bytes], list[Chunk]]] = {
+    "text is a number": ([delta("text_delta", text=5)], []),
+    "text is missing": ([delta("text_delta")], []),
+    "delta is a string": ([an("content_block_delta", index=0, delta="Hi")], []),
+    "delta index is a string": ([delta("text_delta", index="0", text="x")], []),
+    "delta index is missing": ([an("content_block_delta", delta={"type": "text_delta"})], []),
+    "stop index is a float": ([an("content_block_stop", index=0.0)], []),
+    "block start index is a boolean": ([tool_use(index=True)], []),
+    "content_block is a list": ([an("content_block_start", index=1, content_block=[])], []),
+    "text block text is a number": (
+        [an("content_block_start", index=1, content_block={"type": "text", "text": 3})],
+        [],
+    ),
+    "tool_use id is a number": ([tool_use(id=1)], []),
+    "tool_use name is missing": ([tool_use(name=None)], []),
+    "tool_use input is a list": ([tool_use(input=[1])], []),
+    "partial_json is a number": (
+        [tool_use(), delta("input_json_delta", 1, partial_json=1)],
+        TOOL_STARTED,
+    ),
+    "partial_json is an object": (
+        [tool_use(), delta("input_json_delta", 1, partial_json={"a": 1})],
+        TOOL_STARTED,
+    ),
+    "thinking is a list": (
+        [THINKING, delta("thinking_delta", 1, thinking=["x"])],
+        THINKING_STARTED,
+    ),
+    "signature is a number": (
+        [THINKING, delta("signature_delta", 1, signature=5)],
+        THINKING_STARTED,
+    ),
+    "thinking block signature is a number": (
+        [an("content_block_start", index=1, content_block={"type": "thinking", "signature": 2})],
+        [],
+    ),
+    "message_start message is a string": ([an("message_start", message="m")], []),
+    "message_start usage count is a string": (
+        [an("message_start", message={"usage": {"input_tokens": "9"}})],
+        [],
+    ),
+    "message_delta delta is a list": ([an("message_delta", delta=["end_turn"])], []),
+    "stop_reason is a number": ([an("message_delta", delta={"stop_reason": 1})], []),
+    "message_delta usage count is a float": (
+        [an("message_delta", delta={"stop_reason": "end_turn"}, usage={"output_tokens": 1.5})],
+        [],
+    ),
+    "message_delta usage is a string": (
+        [an("message_delta", delta={"stop_reason": "end_turn"}, usage="3")],
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CLAUDE_EVENTS))
+async def test_anthropic_unreadable_event_is_bad_stream(server: LoopbackServer, case: str) -> None:
+    events, before = BAD_CLAUDE_EVENTS[case]
+    pieces = [*CLAUDE_TEXT, *events, an("content_block_stop", index=0), *an_end_turn()]
+    expected = [BlockStart(0, "text"), TextDelta(0, "Hi"), *before]
+    check(await run_claude(server, Reply(pieces=pieces)), [*expected, Err("BAD_STREAM")])
+
+
+#: (adapter, the error event after a text prefix, code, the failure's exact message)
+ERROR_EVENTS: dict[str, tuple[str, bytes, str, str]] = {
+    "openai: event: error with a nested error": (
+        "openai",
+        b'event: error\ndata: {"error": {"message": "quota gone", "type": "insufficient_quota"}}'
+        b"\n\n",
+        "PROVIDER_ERROR",
+        "quota gone",
+    ),
+    "openai: event: error with a bare error": (
+        "openai",
+        b'event: error\ndata: {"message": "busy", "type": "overloaded_error"}\n\n',
+        "HTTP_5XX",
+        "busy",
+    ),
+    "openai: event: error with text": (
+        "openai",
+        b"event: error\ndata: quota gone\n\n",
+        "PROVIDER_ERROR",
+        "quota gone",
+    ),
+    "openai: error frame": (
+        "openai",
+        b'data: {"error": {"message": "boom", "type": "server_error"}}\n\n',
+        "PROVIDER_ERROR",
+        "boom",
+    ),
+    "openai: vLLM error frame": (
+        "openai",
+        b'data: {"object": "error", "message": "decode failed", "code": 400}\n\n',
+        "PROVIDER_ERROR",
+        "decode failed",
+    ),
+    "anthropic: error event": (
+        "anthropic",
+        an("error", error={"type": "overloaded_error", "message": "Overloaded"}),
+        "HTTP_5XX",
+        "Overloaded",
+    ),
+    "anthropic: error event without a message": (
+        "anthropic",
+        an("error", error={"type": "api_error"}),
+        "PROVIDER_ERROR",
+        "api_error",
+    ),
+    "anthropic: error event with text": (
+        "anthropic",
+        b"event: error\ndata: upstream timed out\n\n",
+        "PROVIDER_ERROR",
+        "upstream timed out",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ERROR_EVENTS))
+async def test_error_event_message_is_the_provider_text(server: LoopbackServer, case: str) -> None:
+    kind, event, code, message = ERROR_EVENTS[case]
+    if kind == "openai":
+        chunks = await run_openai(server, Reply(pieces=[HI, event, THERE, STOP, DONE]))
+    else:
+        chunks = await run_claude(server, Reply(pieces=[*CLAUDE_TEXT, event, *an_end_turn()]))
+    assert chunks[:-1] == [BlockStart(0, "text"), TextDelta(0, "Hi")]
+    assert chunks[-1] == Finish("error", failure=Failure(code, message))
 
 
 async def test_max_tokens_inside_tool_arguments_anthropic(server: LoopbackServer) -> None:

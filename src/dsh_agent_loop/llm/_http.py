@@ -37,12 +37,14 @@ __all__ = [
     "TimeoutSpec",
     "endpoint",
     "error_finish",
+    "error_message",
     "failed_stream",
     "parse_retry_after",
     "post_stream",
     "read_api_key",
     "status_failure",
     "stream_sse",
+    "token_count",
     "transport_failure",
     "with_defaults",
 ]
@@ -145,12 +147,12 @@ class ClientPool:
 
 
 def read_api_key(env: str | None) -> str | None:
-    """The API key from env var ``env`` (None when no var is configured).
+    """The API key from env var ``env`` (None when no var is configured: None or ``""``).
 
     Raises:
         ModelError: ``AUTH`` when the variable is unset or empty.
     """
-    if env is None:
+    if not env:
         return None
     key = os.environ.get(env)
     if not key:
@@ -214,6 +216,34 @@ def provider_message(body: bytes) -> str:
                 if isinstance(error.get(key), str):
                     return str(error[key])
     return text[:500]
+
+
+def error_message(error: Any) -> str:
+    """The provider's own text in an in-stream error payload.
+
+    Its ``message`` (or ``detail``, ``msg``), else its ``type``, else the payload as JSON; a
+    string payload is the text itself.
+    """
+    if isinstance(error, str):
+        return error
+    if isinstance(error, Mapping):
+        for key in ("message", "detail", "msg", "type"):
+            value = error.get(key)
+            if isinstance(value, str) and value:
+                return value
+    return json.dumps(error, ensure_ascii=False, default=str)[:500]
+
+
+def token_count(data: Mapping[str, Any], key: str) -> int | None:
+    """The token count ``data[key]`` of a usage object (None when absent or null).
+
+    Raises:
+        ValueError: the value is not a non-negative integer (a frame the decoder cannot read).
+    """
+    value = data.get(key)
+    if value is None or (type(value) is int and value >= 0):
+        return value
+    raise ValueError(f"usage {key} is not a token count: {value!r}")
 
 
 def status_failure(
@@ -306,13 +336,18 @@ async def _check_response(response: httpx.Response, key_env: str | None) -> Fail
     return None
 
 
+_MALFORMED: Final = (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError)
+"""What a decoder raises for a frame it cannot read (``RecursionError``: JSON nested too deep)."""
+
+
 def _decode(parser: SSEParser, decoder: FrameDecoder, piece: bytes) -> list[Chunk]:
     out: list[Chunk] = []
     for event in parser.feed(piece):
         try:
             out += decoder.feed(event)
-        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
-            out.append(error_finish("BAD_STREAM", f"malformed frame: {exc}: {event.data[:200]!r}"))
+        except _MALFORMED as exc:
+            detail = f"{str(exc) or type(exc).__name__}: {event.data[:200]!r}"
+            out.append(error_finish("BAD_STREAM", f"malformed frame: {detail}"))
             return out
         if decoder.done:
             break

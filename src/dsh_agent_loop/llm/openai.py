@@ -4,14 +4,20 @@ Serves OpenAI, DeepSeek (``reasoning_content``), vLLM, Ollama and llama.cpp. Des
 
 * Requests are built from derived messages: every non-empty system node stays where it is (so
   in-history mode keeps later system messages in place), assistant messages carry
-  ``tool_calls``, tool results become ``role: tool`` messages. Reasoning is never sent back
-  (DeepSeek rejects ``reasoning_content`` in requests).
+  ``tool_calls``, tool results become ``role: tool`` messages. Reasoning goes back as
+  ``reasoning_content`` only as the model's ``reasoning_replay`` policy says (``models.py``):
+  DeepSeek's thinking models need it on tool-call turns, other servers reject the field.
 * The stream is normalised frame by frame by ``OpenAIStreamDecoder`` (pure, benchmarkable):
-  text and reasoning open blocks as they start, tool calls are keyed by their ``index`` and
-  open a block when first seen. Nothing marks the end of one call, so block ends are emitted at
-  the finish frame; on ``length`` only calls whose arguments parse as JSON are ended, so a call
-  cut by the output cap is dropped by the assembler. Usage follows the finish frame, so the
-  ``finish`` chunk is held until ``[DONE]`` (or the end of the body).
+  text (a string, or a list of typed parts of which text parts count), refusal text and
+  reasoning open blocks as they start, tool calls are keyed by their ``index`` and open a block
+  when first seen. Nothing marks the end of one call, so block ends are emitted at the finish
+  frame; on ``length`` only calls whose arguments parse as JSON are ended, so a call cut by the
+  output cap is dropped by the assembler. Usage follows the finish frame, so the ``finish``
+  chunk is held until ``[DONE]`` (or the end of the body). Several servers end with ``[DONE]``
+  and no finish reason: after content that is a complete answer, not a cut stream.
+* Every value read from a frame is type-checked before it becomes a chunk: a frame the decoder
+  cannot read raises ``ValueError``, which the pump reports as a ``BAD_STREAM`` attempt failure
+  (a malformed chunk must never reach the turn machine).
 """
 
 from __future__ import annotations
@@ -28,9 +34,11 @@ from ._http import (
     TimeoutSpec,
     endpoint,
     error_finish,
+    error_message,
     failed_stream,
     post_stream,
     read_api_key,
+    token_count,
     with_defaults,
 )
 from .base import (
@@ -50,7 +58,7 @@ from .base import (
     Usage,
     UsageChunk,
 )
-from .models import ModelInfo, resolve_model
+from .models import REASONING_REPLAY_MODES, ModelInfo, ReasoningReplay, resolve_model
 from .sse import SSEEvent
 
 __all__ = [
@@ -77,7 +85,11 @@ def _text(content: Sequence[Mapping[str, Any]]) -> str:
     return "\n\n".join(b["text"] for b in content if b["type"] == "text" and b["text"])
 
 
-def _assistant(content: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _reasoning(content: Sequence[Mapping[str, Any]]) -> str:
+    return "\n\n".join(b["text"] for b in content if b["type"] == "reasoning" and b["text"])
+
+
+def _assistant(content: Sequence[Mapping[str, Any]], replay: ReasoningReplay) -> dict[str, Any]:
     text = _text(content)
     calls = [
         {
@@ -89,12 +101,24 @@ def _assistant(content: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if b["type"] == "tool-call"
     ]
     if not calls:
-        return {"role": "assistant", "content": text}
-    return {"role": "assistant", "content": text or None, "tool_calls": calls}
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+    else:
+        message = {"role": "assistant", "content": text or None, "tool_calls": calls}
+    if replay == "always" or (calls and replay == "tool-turns"):
+        message["reasoning_content"] = _reasoning(content)  # "" too: omitting it is a 400
+    return message
 
 
-def openai_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Chat-completions messages from derived messages (reasoning blocks are not sent)."""
+def openai_messages(
+    messages: Sequence[Mapping[str, Any]], *, reasoning_replay: ReasoningReplay = "never"
+) -> list[dict[str, Any]]:
+    """Chat-completions messages from derived messages.
+
+    Args:
+        messages: Derived messages in log order.
+        reasoning_replay: Which assistant messages carry ``reasoning_content`` (``never``,
+            ``tool-turns``: those with tool calls, ``always``).
+    """
     out: list[dict[str, Any]] = []
     for message in messages:
         role = message["role"]
@@ -105,7 +129,7 @@ def openai_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
         elif role == "user":
             out.append({"role": "user", "content": _text(content)})
         elif role == "assistant":
-            out.append(_assistant(content))
+            out.append(_assistant(content, reasoning_replay))
         elif role == "tool":
             for block in content:
                 if block["type"] == "tool-result":
@@ -120,7 +144,7 @@ def build_openai_request(
     """The JSON body for one streamed chat-completions request."""
     body: dict[str, Any] = {
         "model": request.model,
-        "messages": openai_messages(request.messages),
+        "messages": openai_messages(request.messages, reasoning_replay=info.reasoning_replay),
         "stream": True,
     }
     if stream_usage:
@@ -144,19 +168,56 @@ def build_openai_request(
     return body
 
 
-def _usage(data: Mapping[str, Any]) -> Usage:
-    prompt = data.get("prompt_tokens_details") or {}
-    completion = data.get("completion_tokens_details") or {}
-    cached = prompt.get("cached_tokens")
+def _usage(data: Any) -> Usage:
+    if type(data) is not dict:
+        raise ValueError("usage is not an object")
+    prompt = _section(data, "prompt_tokens_details")
+    completion = _section(data, "completion_tokens_details")
+    cached = token_count(prompt, "cached_tokens")
     if cached is None:
-        cached = data.get("prompt_cache_hit_tokens")  # DeepSeek
-    reasoning = completion.get("reasoning_tokens")
+        cached = token_count(data, "prompt_cache_hit_tokens")  # DeepSeek
     return Usage(
-        input_tokens=int(data.get("prompt_tokens") or 0),
-        output_tokens=int(data.get("completion_tokens") or 0),
-        cache_read_tokens=None if cached is None else int(cached),
-        reasoning_tokens=None if reasoning is None else int(reasoning),
+        input_tokens=token_count(data, "prompt_tokens") or 0,
+        output_tokens=token_count(data, "completion_tokens") or 0,
+        cache_read_tokens=cached,
+        reasoning_tokens=token_count(completion, "reasoning_tokens"),
     )
+
+
+_EMPTY: Final[Mapping[str, Any]] = {}
+
+
+def _section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = data.get(key)
+    if value is None:
+        return _EMPTY
+    if type(value) is not dict:
+        raise ValueError(f"{key} is not an object")
+    return value
+
+
+def _string(value: Any, what: str) -> str | None:
+    """``value`` when it is a non-empty string, None when empty or absent."""
+    if type(value) is str:
+        return value or None
+    if value is None:
+        return None
+    raise ValueError(f"{what} is not a string")
+
+
+def _content_text(content: Any) -> str:
+    """The text of a delta's ``content`` given as a list of typed parts (text parts count)."""
+    if type(content) is not list:
+        raise ValueError("delta content is neither a string nor a list of parts")
+    texts: list[str] = []
+    for part in content:
+        if type(part) is not dict or type(kind := part.get("type")) is not str:
+            raise ValueError("a content part is not an object with a type")
+        if kind == "text":
+            if type(text := part.get("text")) is not str:
+                raise ValueError("a text part has no string text")
+            texts.append(text)
+    return "".join(texts)
 
 
 def _is_json(text: str) -> bool:
@@ -169,12 +230,22 @@ def _is_json(text: str) -> bool:
 
 def _stream_error(error: Any) -> Finish:
     if isinstance(error, Mapping):
-        message = str(error.get("message") or error)
         kind = f"{error.get('type') or ''} {error.get('code') or ''}".lower()
     else:
-        message = kind = str(error)
-    code = "HTTP_5XX" if "overloaded" in kind.lower() else "PROVIDER_ERROR"
-    return error_finish(code, f"stream error: {message}")
+        kind = str(error).lower()
+    code = "HTTP_5XX" if "overloaded" in kind else "PROVIDER_ERROR"
+    return error_finish(code, error_message(error))
+
+
+def _event_error(data: str) -> Finish:
+    """An SSE ``event: error``: its data is JSON (``{error: {...}}`` or the error) or text."""
+    try:
+        payload: Any = json.loads(data)
+    except ValueError:
+        payload = data
+    if type(payload) is dict and payload.get("error") is not None:
+        payload = payload["error"]
+    return _stream_error(payload)
 
 
 class _Call:
@@ -193,10 +264,20 @@ class OpenAIStreamDecoder:
 
     ``feed(event)`` takes SSE events; ``feed_frame(frame)`` takes one decoded JSON frame and is
     the per-frame normalisation on its own. ``done`` turns true at ``[DONE]`` or an error frame,
-    whose chunks end with the ``finish``; ``end()`` gives the final chunks at end of body.
+    whose chunks end with the ``finish``; ``end()`` gives the final chunks at end of body. A
+    frame that cannot be read raises ``ValueError`` (the pump's ``BAD_STREAM``).
     """
 
-    __slots__ = ("_calls", "_finish", "_next", "_open", "_open_kind", "_usage", "done")
+    __slots__ = (
+        "_calls",
+        "_finish",
+        "_next",
+        "_open",
+        "_open_kind",
+        "_refused",
+        "_usage",
+        "done",
+    )
 
     def __init__(self) -> None:
         self.done = False
@@ -206,29 +287,35 @@ class OpenAIStreamDecoder:
         self._calls: dict[int, _Call] = {}
         self._finish: Finish | None = None
         self._usage: Usage | None = None
+        self._refused = False
+        """Refusal text arrived: a plain ``stop`` is reported as ``refusal``."""
 
     def feed(self, event: SSEEvent) -> list[Chunk]:
         """Normalise one SSE event.
 
         Raises:
-            ValueError: the frame is not one JSON object.
+            ValueError: the frame is not one JSON object, or a value in it has the wrong type.
         """
         data = event.data
         if data == "[DONE]":
             self.done = True
-            return self.end() or [error_finish("STREAM_CUT", "[DONE] without a finish reason")]
+            return self.end() or self._done_without_finish()
         if event.event != "message":
             if event.event != "error":
                 return []  # unknown event types are ignored
             self.done = True
-            return [_stream_error(data)]
+            return [_event_error(data)]
         frame = json.loads(data)
         if type(frame) is not dict:
             raise ValueError("frame is not a JSON object")
         return self.feed_frame(frame)
 
     def feed_frame(self, frame: Mapping[str, Any]) -> list[Chunk]:
-        """Normalise one decoded ``chat.completion.chunk`` frame."""
+        """Normalise one decoded ``chat.completion.chunk`` frame.
+
+        Raises:
+            ValueError: a value in the frame has the wrong type.
+        """
         if (error := frame.get("error")) is not None or frame.get("object") == "error":
             self.done = True  # OpenAI/DeepSeek nest the error; vLLM sends it as the frame
             return [_stream_error(frame if error is None else error)]
@@ -237,24 +324,49 @@ class OpenAIStreamDecoder:
         choices = frame.get("choices")
         if not choices:
             return []
-        choice = choices[0]
+        if type(choices) is not list or type(choice := choices[0]) is not dict:
+            raise ValueError("choices is not a list of objects")
         if choice.get("index"):
             return []  # only the first choice is followed (n > 1 is not used)
         out: list[Chunk] = []
         if delta := choice.get("delta"):
-            if reasoning := delta.get("reasoning_content") or delta.get("reasoning"):
-                if self._open_kind != "reasoning":
-                    self._open_block("reasoning", out)
-                out.append(ReasoningDelta(self._open, reasoning))
-            if text := delta.get("content"):
-                if self._open_kind != "text":
-                    self._open_block("text", out)
-                out.append(TextDelta(self._open, text))
-            if tool_calls := delta.get("tool_calls"):
-                self._tool_calls(tool_calls, out)
+            if type(delta) is not dict:
+                raise ValueError("delta is not an object")
+            self._delta(delta, out)
         if (reason := choice.get("finish_reason")) and self._finish is None:
+            if type(reason) is not str:
+                raise ValueError("finish_reason is not a string")
             self._on_finish(reason, out)
         return out
+
+    def _delta(self, delta: Mapping[str, Any], out: list[Chunk]) -> None:
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning:
+            if type(reasoning) is not str:
+                raise ValueError("reasoning is not a string")
+            if self._open_kind != "reasoning":
+                self._open_block("reasoning", out)
+            out.append(ReasoningDelta(self._open, reasoning))
+        if text := delta.get("content"):
+            if type(text) is not str:
+                text = _content_text(text)
+            self._text(text, out)
+        if refusal := delta.get("refusal"):
+            if type(refusal) is not str:
+                raise ValueError("refusal is not a string")
+            self._refused = True
+            self._text(refusal, out)
+        if tool_calls := delta.get("tool_calls"):
+            if type(tool_calls) is not list:
+                raise ValueError("tool_calls is not a list")
+            self._tool_calls(tool_calls, out)
+
+    def _text(self, text: str, out: list[Chunk]) -> None:
+        if not text:
+            return
+        if self._open_kind != "text":
+            self._open_block("text", out)
+        out.append(TextDelta(self._open, text))
 
     def _open_block(self, kind: str | None, out: list[Chunk]) -> None:
         if self._open_kind is not None:
@@ -266,14 +378,22 @@ class OpenAIStreamDecoder:
         self._next += 1
         out.append(BlockStart(self._open, "text" if kind == "text" else "reasoning"))
 
-    def _tool_calls(self, tool_calls: Sequence[Mapping[str, Any]], out: list[Chunk]) -> None:
+    def _tool_calls(self, tool_calls: Sequence[Any], out: list[Chunk]) -> None:
         for position, delta in enumerate(tool_calls):
+            if type(delta) is not dict:
+                raise ValueError("a tool_calls entry is not an object")
+            function = delta.get("function")
+            if function is None:
+                function = _EMPTY
+            elif type(function) is not dict:
+                raise ValueError("a tool call's function is not an object")
+            call_id = _string(delta.get("id"), "a tool call id")
+            name = _string(function.get("name"), "a tool call name")
             key = delta.get("index")
             if key is None:  # servers that omit it send whole calls, one per entry
-                key = len(self._calls) if delta.get("id") else max(self._calls, default=position)
-            function = delta.get("function") or {}
-            call_id = delta.get("id") or None
-            name = function.get("name") or None
+                key = len(self._calls) if call_id else max(self._calls, default=position)
+            elif type(key) is not int:
+                raise ValueError("a tool call index is not an integer")
             call = self._calls.get(key)
             if call is None:
                 self._open_block(None, out)
@@ -286,17 +406,20 @@ class OpenAIStreamDecoder:
                 out.append(BlockStart(call.index, "tool-call", call.call_id, call.name))
             arguments = function.get("arguments")
             if arguments:
-                if not isinstance(arguments, str):  # some servers send the object itself
+                if type(arguments) is not str:
+                    if type(arguments) is not dict:  # some servers send the object itself
+                        raise ValueError("tool call arguments are not a string")
                     arguments = json.dumps(arguments, ensure_ascii=False)
                 call.parts.append(arguments)
                 out.append(ToolCallDelta(call.index, arguments))
 
-    def _on_finish(self, reason: str, out: list[Chunk]) -> None:
+    def _on_finish(self, reason: str | None, out: list[Chunk]) -> None:
+        """Finish with the provider's ``reason`` (None: ``[DONE]`` came without one)."""
         if reason in _OVERLOADED:
             self._finish = error_finish("HTTP_5XX", f"generation stopped: {reason}")
             return
-        mapped = _FINISH.get(reason, "stop")
-        if reason == "stop" and self._calls:
+        mapped = "stop" if reason is None else _FINISH.get(reason, "stop")
+        if reason in ("stop", None) and self._calls:
             mapped = "tool-calls"  # servers (Ollama, some vLLM) that report "stop" after calls
         self._open_block(None, out)
         for call in self._calls.values():
@@ -307,7 +430,17 @@ class OpenAIStreamDecoder:
             if not call.parts:  # a call without arguments: make them parse
                 out.append(ToolCallDelta(call.index, "{}"))
             out.append(BlockEnd(call.index))
+        if self._refused and reason in ("stop", None):
+            reason = "refusal"
         self._finish = Finish(mapped, stop_reason=reason)
+
+    def _done_without_finish(self) -> list[Chunk]:
+        """``[DONE]`` with no finish reason: complete after content, else a cut stream."""
+        if self._next == 0:
+            return [error_finish("STREAM_CUT", "[DONE] before any content or finish reason")]
+        out: list[Chunk] = []
+        self._on_finish(None, out)
+        return out + self.end()
 
     def end(self) -> list[Chunk]:
         """The final ``[usage?, finish]`` if a finish reason arrived, else ``[]``."""
@@ -321,6 +454,12 @@ class OpenAIStreamDecoder:
 _FROM_TABLE: Final = "auto"
 
 
+def _check_replay(value: Any, what: str) -> None:
+    if value is not None and value not in REASONING_REPLAY_MODES:
+        modes = ", ".join(REASONING_REPLAY_MODES)
+        raise ValueError(f"{what} must be one of {modes}, not {value!r}")
+
+
 @final
 class OpenAIAdapter:
     """An OpenAI-compatible chat-completions provider (``kind: openai``).
@@ -328,14 +467,21 @@ class OpenAIAdapter:
     Args:
         name: The provider (route) name.
         base_url: The API root; requests go to ``{base_url}/chat/completions``.
-        api_key_env: The env var holding the key, read at each call; None sends no key.
+        api_key_env: The env var holding the key, read at each call; None or ``""`` sends no
+            key.
         headers: Extra request headers.
         timeout: ``(connect, read)`` seconds, ``{connect, read}`` or one number.
         stream_usage: Ask for usage in the stream (``stream_options.include_usage``).
         system_prompt_update: ``in-history``, ``head``/None, or ``auto`` (the model table).
         context_window: The provider-wide context window (overrides the table).
-        models: Per-model overrides ``{NAME: {context_window, max_tokens, reasoning_effort}}``.
+        reasoning_replay: ``never``, ``tool-turns`` or ``always`` for every model of the
+            provider (None: the model table, ``never`` for unknown models).
+        models: Per-model overrides
+            ``{NAME: {context_window, max_tokens, reasoning_effort, reasoning_replay}}``.
         transport: An httpx transport (tests: ``httpx.MockTransport``).
+
+    Raises:
+        ValueError: an invalid ``system_prompt_update`` or ``reasoning_replay``.
     """
 
     def __init__(
@@ -349,6 +495,7 @@ class OpenAIAdapter:
         stream_usage: bool = True,
         system_prompt_update: str | None = _FROM_TABLE,
         context_window: int | None = None,
+        reasoning_replay: ReasoningReplay | None = None,
         models: Mapping[str, Mapping[str, Any]] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
@@ -356,12 +503,16 @@ class OpenAIAdapter:
             raise ValueError(
                 f"system_prompt_update must be 'in-history' or 'head', not {system_prompt_update!r}"
             )
+        _check_replay(reasoning_replay, "reasoning_replay")
+        for model, entry in (models or {}).items():
+            _check_replay(entry.get("reasoning_replay"), f"models.{model}.reasoning_replay")
         self.name = name
         self.url = endpoint(base_url, "/chat/completions")
         self.api_key_env = api_key_env
         self._stream_usage = stream_usage
         self._update = None if system_prompt_update == "head" else system_prompt_update
         self._context_window = context_window
+        self._replay = reasoning_replay
         self._models = models
         self._pool = ClientPool(headers=headers, timeout=timeout, transport=transport)
 
@@ -376,7 +527,12 @@ class OpenAIAdapter:
         model = config.get("model")
         if not model:
             raise ModelError(Failure("INVALID_OPTION", f"provider {self.name}: no model given"))
-        info = resolve_model(str(model), models=self._models, context_window=self._context_window)
+        info = resolve_model(
+            str(model),
+            models=self._models,
+            context_window=self._context_window,
+            reasoning_replay=self._replay,
+        )
         defaults: dict[str, Any] = {}
         if config.get("max_tokens") is None and info.max_tokens is not None:
             defaults["max_tokens"] = info.max_tokens

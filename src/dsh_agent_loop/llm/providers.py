@@ -16,6 +16,7 @@ from ._http import DEFAULT_TIMEOUT
 from .anthropic import DEFAULT_BASE_URL as ANTHROPIC_BASE_URL
 from .anthropic import AnthropicAdapter
 from .base import ModelAdapter
+from .models import REASONING_REPLAY_MODES, ReasoningReplay
 from .openai import DEFAULT_BASE_URL as OPENAI_BASE_URL
 from .openai import OpenAIAdapter
 
@@ -28,10 +29,14 @@ _COMMON: Final = frozenset(
     {"kind", "base_url", "api_key_env", "headers", "timeout", "context_window", "models"}
 )
 _KEYS: Final = {
-    "openai": _COMMON | {"stream_usage", "system_prompt_update"},
+    "openai": _COMMON | {"stream_usage", "system_prompt_update", "reasoning_replay"},
     "anthropic": _COMMON | {"system_prompt_update"},
 }
-_MODEL_KEYS: Final = frozenset({"context_window", "max_tokens", "reasoning_effort"})
+_COMMON_MODEL_KEYS: Final = frozenset({"context_window", "max_tokens", "reasoning_effort"})
+_MODEL_KEYS: Final = {
+    "openai": _COMMON_MODEL_KEYS | {"reasoning_replay"},
+    "anthropic": _COMMON_MODEL_KEYS,
+}
 _UPDATE_MODES: Final = ("in-history", "head", None)
 
 
@@ -61,6 +66,12 @@ class _Checker:
             raise self.fail(path, "must be a positive number of seconds")
         return float(value)
 
+    def replay(self, value: Any, path: str) -> ReasoningReplay:
+        for mode in REASONING_REPLAY_MODES:
+            if value == mode and type(value) is str:
+                return mode
+        raise self.fail(path, f"must be one of {', '.join(REASONING_REPLAY_MODES)}")
+
     def mapping(self, value: Any, path: str) -> Mapping[str, Any]:
         if not isinstance(value, Mapping):
             raise self.fail(path, "must be a mapping")
@@ -85,12 +96,14 @@ def _timeout(check: _Checker, value: Any) -> tuple[float | None, float | None]:
     )
 
 
-def _models(check: _Checker, value: Any) -> dict[str, Mapping[str, Any]]:
+def _models(check: _Checker, value: Any, kind: str) -> dict[str, Mapping[str, Any]]:
     out: dict[str, Mapping[str, Any]] = {}
     for model, entry in check.mapping(value, "models").items():
         path = f"models.{model}"
         entry = check.mapping(entry, path)
-        check.unknown(entry, _MODEL_KEYS, path)
+        check.unknown(entry, _MODEL_KEYS[kind], path)
+        if entry.get("reasoning_replay") is not None:
+            check.replay(entry["reasoning_replay"], f"{path}.reasoning_replay")
         for key in ("context_window", "max_tokens"):
             if entry.get(key) is not None:
                 check.positive(entry[key], f"{path}.{key}")
@@ -101,7 +114,9 @@ def _models(check: _Checker, value: Any) -> dict[str, Mapping[str, Any]]:
     return out
 
 
-def _common(check: _Checker, config: Mapping[str, Any], default_url: str) -> dict[str, Any]:
+def _common(
+    check: _Checker, config: Mapping[str, Any], kind: str, default_url: str
+) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "base_url": check.string(config.get("base_url", default_url), "base_url"),
     }
@@ -111,9 +126,9 @@ def _common(check: _Checker, config: Mapping[str, Any], default_url: str) -> dic
         raise check.fail("base_url", str(exc)) from None
     if url.scheme not in ("http", "https") or not url.host:
         raise check.fail("base_url", "must be an http:// or https:// URL")
-    if "api_key_env" in config:
-        env = config["api_key_env"]
-        kwargs["api_key_env"] = None if env is None else check.string(env, "api_key_env")
+    # Absent, null and "" all mean "send no key" (a config file cannot tell null from absent).
+    env = config.get("api_key_env")
+    kwargs["api_key_env"] = check.string(env, "api_key_env") if env not in (None, "") else None
     if config.get("headers") is not None:
         headers = check.mapping(config["headers"], "headers")
         for key, value in headers.items():
@@ -124,7 +139,7 @@ def _common(check: _Checker, config: Mapping[str, Any], default_url: str) -> dic
     if config.get("context_window") is not None:
         kwargs["context_window"] = check.positive(config["context_window"], "context_window")
     if config.get("models") is not None:
-        kwargs["models"] = _models(check, config["models"])
+        kwargs["models"] = _models(check, config["models"], kind)
     return kwargs
 
 
@@ -139,9 +154,11 @@ def adapter_from_config(
     Args:
         name: The provider (route) name.
         config: The section: ``kind`` (``openai`` | ``anthropic``), ``base_url``,
-            ``api_key_env``, ``headers``, ``timeout: {connect, read}``, ``stream_usage``
-            (openai), ``system_prompt_update``, ``context_window``,
-            ``models: {NAME: {context_window, max_tokens, reasoning_effort}}``.
+            ``api_key_env`` (absent, null or ``""``: no key is sent), ``headers``,
+            ``timeout: {connect, read}``, ``stream_usage`` (openai), ``system_prompt_update``,
+            ``context_window``, ``reasoning_replay`` (openai),
+            ``models: {NAME: {context_window, max_tokens, reasoning_effort,
+            reasoning_replay (openai)}}``.
         transport: An httpx transport for the adapter's client (tests).
 
     Returns:
@@ -163,13 +180,15 @@ def adapter_from_config(
         if update == "in-history":
             raise check.fail("system_prompt_update", "anthropic takes one system prompt: 'head'")
         return AnthropicAdapter(
-            name, **_common(check, config, ANTHROPIC_BASE_URL), transport=transport
+            name, **_common(check, config, kind, ANTHROPIC_BASE_URL), transport=transport
         )
-    kwargs = _common(check, config, OPENAI_BASE_URL)
+    kwargs = _common(check, config, kind, OPENAI_BASE_URL)
     if "stream_usage" in config:
         if not isinstance(config["stream_usage"], bool):
             raise check.fail("stream_usage", "must be a boolean")
         kwargs["stream_usage"] = config["stream_usage"]
     if update is not None:  # absent or null: the model table decides
         kwargs["system_prompt_update"] = update
+    if config.get("reasoning_replay") is not None:
+        kwargs["reasoning_replay"] = check.replay(config["reasoning_replay"], "reasoning_replay")
     return OpenAIAdapter(name, **kwargs, transport=transport)
