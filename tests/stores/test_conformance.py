@@ -544,7 +544,7 @@ async def test_postgres_ambiguous_commit_is_resolved_by_reading_back(
     from dsh_agent_loop.stores import _postgres_sync, postgres
 
     dsn, prefix = postgres_dsn(), new_pg_prefix()
-    store = postgres.PostgresStore(dsn, table_prefix=prefix)
+    store = postgres.PostgresStore(dsn, table_prefix=prefix, retry_delays=(0.01, 0.05, 0.25))
     real_commit = _postgres_sync.commit
     lost = []
 
@@ -570,7 +570,7 @@ async def test_postgres_ambiguous_commit_is_resolved_by_reading_back(
         else:
             with pytest.raises(StoreError, match="nothing was stored"):
                 await handle.flush()  # every retry lost its COMMIT too
-            assert len(lost) == 4
+            assert len(lost) == 4  # the first try and the three of retry_delays
             monkeypatch.setattr(_postgres_sync, "commit", real_commit)
             await handle.flush()  # the events stayed staged: nothing lost
         await handle.close()

@@ -7,6 +7,10 @@ trying again may work: a lost connection before ``COMMIT``, a serialization fail
 deadlock, a lock not available), ``AmbiguousCommitError`` (the connection failed after
 ``COMMIT`` was sent: ``resolve`` reads the outcome back under the lease row's lock), or the
 database error itself (nothing was stored, and trying again will not help).
+
+A lost connection is an error without an SQLSTATE (the server never answered), one of class
+08 (connection exception), or the server ending the session: ``57P01`` admin shutdown (also
+what ``pg_terminate_backend`` sends), ``57P02`` crash shutdown, ``57P03`` cannot connect now.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import attrs
 import psycopg
 from psycopg.rows import TupleRow
 
-from .._frozen import freeze, thaw
+from .._frozen import freeze
 from ..errors import (
     SequenceConflictError,
     SessionAlreadyExistsError,
@@ -29,7 +33,7 @@ from ..errors import (
 )
 from ..events import Event, event_from_json
 from ..session.store import SessionInfo
-from ._rows import event_json, event_sha256
+from ._rows import corrupt, escape_surrogates, event_json, event_sha256, load_header, text_json
 
 __all__ = [
     "TRANSIENT",
@@ -41,6 +45,7 @@ __all__ = [
     "Sql",
     "acquire",
     "commit",
+    "connection_lost",
     "delete",
     "events",
     "flush",
@@ -71,11 +76,20 @@ class RetryableError(Exception):
 
 #: SQLSTATEs worth another try: serialization failure, deadlock, lock not available.
 TRANSIENT: Final = frozenset({"40001", "40P01", "55P03"})
+#: SQLSTATEs of a server that ended the session: admin shutdown (``pg_terminate_backend``),
+#: crash shutdown, cannot connect now (starting up or shutting down).
+_GONE: Final = frozenset({"57P01", "57P02", "57P03"})
+
+
+def connection_lost(exc: psycopg.Error) -> bool:
+    """The connection is gone: no SQLSTATE (no answer), class 08, or the server ended it."""
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in _GONE
 
 
 def retryable(exc: psycopg.Error) -> bool:
-    """No SQLSTATE means the connection failed (the server never answered); or transient."""
-    return exc.sqlstate is None or exc.sqlstate in TRANSIENT
+    """Worth another try on a new connection: a lost connection, or a transient failure."""
+    return connection_lost(exc) or exc.sqlstate in TRANSIENT
 
 
 @attrs.frozen
@@ -141,7 +155,7 @@ class Sql:
             session_summary=f"UPDATE {s} SET event_count = event_count + %s,"
             " last_turn_end = coalesce(%s, last_turn_end) WHERE session_id=%s",
             session_header=f"SELECT header FROM {s} WHERE session_id=%s AND event_count>0",
-            session_infos=f"SELECT header, event_count, last_turn_end FROM {s}"
+            session_infos=f"SELECT header, event_count, last_turn_end, session_id FROM {s}"
             " WHERE event_count>0 AND (%s::text IS NULL OR session_id=%s)"
             " ORDER BY created_at, session_id",
             events_insert=f"INSERT INTO {e} (session_id, seq, type, json, hash)"
@@ -164,19 +178,24 @@ class Row:
 
     @classmethod
     def of(cls, event: Event) -> Row:
-        text = event_json(event)
+        text, kind = event_json(event), event.type
         assert event.seq is not None
-        return cls(event.seq, event.type, text, event_sha256(text))
+        kind = kind if kind.isascii() else escape_surrogates(kind)
+        return cls(event.seq, kind, text, event_sha256(text))
 
 
-def _info(row: tuple[str, int, str | None]) -> SessionInfo:
-    header = json.loads(row[0])
+def _info(row: tuple[str, int, str | None, str]) -> SessionInfo:
+    header = load_header(row[0], row[3])
+    try:
+        last = None if row[2] is None else freeze(json.loads(row[2]))
+    except ValueError as exc:
+        raise corrupt(row[3], "turn end", exc) from exc
     return SessionInfo(
-        session_id=str(header["session_id"]),
+        session_id=str(header.get("session_id", row[3])),
         agent_id=str(header.get("agent_id", "")),
         created_at=str(header.get("created_at", "")),
         event_count=int(row[1]),
-        last_turn_end=None if row[2] is None else freeze(json.loads(row[2])),
+        last_turn_end=last,
     )
 
 
@@ -217,10 +236,11 @@ def acquire(
             raise SessionNotFoundError(f"session {sid!r} not found")
         count, header_json = int(session[0]), str(session[1])
     else:  # reclaim whatever a never-flushed earlier create left behind
-        count, header_json = 0, json.dumps(thaw(header), ensure_ascii=False)
+        count, header_json = 0, text_json(header)
         conn.execute(sql.events_delete, (sid,))
         conn.execute(sql.session_delete, (sid,))
-        agent, created = str(header.get("agent_id", "")), str(header.get("created_at", ""))
+        agent = escape_surrogates(str(header.get("agent_id", "")))
+        created = escape_surrogates(str(header.get("created_at", "")))
         conn.execute(sql.session_insert, (sid, agent, created, header_json))
     epoch = int(lease[1]) + 1
     conn.execute(sql.lease_take, (claim.token, epoch, claim.host, claim.pid, claim.ttl, sid))
@@ -248,7 +268,7 @@ def flush(
     try:
         commit(conn)
     except psycopg.Error as exc:
-        if exc.sqlstate is None:
+        if connection_lost(exc):
             raise AmbiguousCommitError(str(exc)) from exc
         if exc.sqlstate in TRANSIENT:  # the server answered: it definitely failed
             raise RetryableError(str(exc)) from exc
@@ -296,7 +316,10 @@ def delete(sql: Sql, conn: Conn, sid: str) -> None:
 
 def events(sql: Sql, conn: Conn, sid: str, start: int, stop: int | None) -> list[Event]:
     rows = conn.execute(sql.events_range, (sid, start, 2**62 if stop is None else stop))
-    return [event_from_json(row[0]) for row in rows.fetchall()]
+    try:
+        return [event_from_json(row[0]) for row in rows.fetchall()]
+    except ValueError as exc:
+        raise corrupt(sid, "event", exc) from exc
 
 
 def header(sql: Sql, conn: Conn, sid: str) -> str:

@@ -1,23 +1,43 @@
-"""Events as the SQL backends store them: one compact JSON text per event, and its sha256.
+r"""Events as the stores keep them: one compact JSON text per event, its sha256, and decoding.
 
 ``event_json`` is ``events.event_to_json`` without the converter's dispatch: the same text,
 byte for byte (a test pins that), at under half the cost, which matters because it runs once
 per stored event on the commit path. It calls the C scanner ``json.JSONEncoder.encode`` would
 build, built once here instead of once per call (``JSONEncoder.iterencode`` makes a new one
 each time); without the C accelerator it falls back to the encoder object.
+
+Lone surrogates. A Python ``str`` may hold a lone surrogate (``"\ud800"``, as
+``os.fsdecode`` makes of undecodable bytes), which no UTF-8 text can carry: SQLite and
+psycopg refuse to bind it, and a JSON-lines file cannot hold it. The stored text writes each
+one as its JSON escape (``\ud800``) instead, so the stored form is valid UTF-8 and reads
+back as the very same string (a JSON decoder turns the escape into the code point). The check
+costs one ``isascii`` for ASCII text; only non-ASCII text is scanned. (Two adjacent lone
+surrogates that form a valid pair read back as the one character they encode.) Every store
+that stores text uses ``event_json``/``text_json``, so all agree; ``MemoryStore`` keeps the
+objects themselves.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from .._frozen import thaw
+from .._frozen import freeze, thaw
+from ..errors import StoreError
 from ..events import TURN_END, Event
 
-__all__ = ["event_json", "event_sha256", "last_turn_end"]
+__all__ = [
+    "corrupt",
+    "escape_surrogates",
+    "event_json",
+    "event_sha256",
+    "last_turn_end",
+    "load_header",
+    "text_json",
+]
 
 _ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
 
@@ -63,7 +83,35 @@ def event_json(event: Event) -> str:
         out["surface_op"] = event.surface_op
     if event.source_event_seqs is not None:
         out["source_event_seqs"] = list(event.source_event_seqs)
-    return _ENCODE(out)
+    text = _ENCODE(out)
+    return text if text.isascii() else escape_surrogates(text)
+
+
+def text_json(value: Any) -> str:
+    """The stored JSON of a header (``json.dumps`` defaults, non-ASCII kept, surrogates escaped)."""
+    text = json.dumps(thaw(value), ensure_ascii=False)
+    return text if text.isascii() else escape_surrogates(text)
+
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def escape_surrogates(text: str) -> str:
+    r"""``text`` with every lone surrogate written as its JSON escape (``\udXXX``).
+
+    Meant for JSON text: a raw surrogate can only stand inside a JSON string there (the
+    encoder escapes nothing else it could be confused with), where its escape means the same.
+    Other text (a column value) simply keeps the escape as six characters.
+    """
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return _SURROGATE.sub(_escape, text)
+    return text
 
 
 def event_sha256(text: str) -> bytes:
@@ -77,3 +125,27 @@ def last_turn_end(events: Sequence[Event]) -> str | None:
         if event.type == TURN_END:
             return json.dumps(thaw(event.data.get("reason")))
     return None
+
+
+def corrupt(sid: str, what: str, exc: ValueError) -> StoreError:
+    """A ``StoreError`` (code ``STORE_CORRUPT``): stored text of ``sid`` does not decode."""
+    error = StoreError(
+        f"session {sid!r}: stored {what} does not decode ({exc})", code="STORE_CORRUPT"
+    )
+    error.__cause__ = exc
+    return error
+
+
+def load_header(text: str, sid: str) -> Mapping[str, Any]:
+    """Decode a stored header.
+
+    Raises:
+        StoreError: code ``STORE_CORRUPT``, the text is not a JSON object.
+    """
+    try:
+        head = json.loads(text)
+        if not isinstance(head, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
+        raise corrupt(sid, "header", exc) from exc
+    return freeze(head)  # type: ignore[no-any-return]

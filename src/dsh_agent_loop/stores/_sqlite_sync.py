@@ -13,6 +13,11 @@ commit's WAL frames cost about a fifth of the transaction), except to record a `
 its ``event_count`` column is a leftover of the first schema and is not kept up to date.
 ``acquire``, ``release`` and ``delete`` are idempotent for the token that runs them, so the
 store may repeat them after a failure.
+
+Every transaction is rolled back on any exception, not only a database error (a value SQLite
+cannot bind, a bug, an injected fault): an open ``BEGIN IMMEDIATE`` holds the file's write lock,
+and every other session of the file, in this process or another, would wait behind it. A
+stored text that does not decode is a ``StoreError`` with code ``STORE_CORRUPT``.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from .._frozen import freeze, thaw
+from .._frozen import freeze
 from ..errors import (
     SequenceConflictError,
     SessionAlreadyExistsError,
@@ -37,7 +42,7 @@ from ..errors import (
 )
 from ..events import Event, event_from_json
 from ..session.store import SessionInfo
-from ._rows import event_json
+from ._rows import corrupt, escape_surrogates, event_json, load_header, text_json
 
 __all__ = [
     "SCHEMA",
@@ -52,6 +57,7 @@ __all__ = [
     "header",
     "infos",
     "is_busy",
+    "is_corrupt",
     "process_start_time",
     "release",
     "rows_stored",
@@ -99,6 +105,8 @@ _INSERT: Final = "INSERT INTO events (session_id, seq, type, json) VALUES (?,?,?
 _RANGE: Final = "SELECT seq, json FROM events WHERE session_id=? AND seq>=? AND seq<? ORDER BY seq"
 #: SQLITE_BUSY and SQLITE_LOCKED: another connection holds the lock past the busy timeout.
 _BUSY_CODES: Final = (5, 6)
+#: SQLITE_CORRUPT and SQLITE_NOTADB.
+_CORRUPT_CODES: Final = (11, 26)
 
 
 @attrs.frozen
@@ -117,7 +125,13 @@ Row = tuple[str, int, str, str]
 def event_row(session_id: str, event: Event) -> Row:
     """The ``events`` row of ``event`` (encoded on the trio side, before the commit hop)."""
     assert event.seq is not None
-    return (session_id, event.seq, event.type, event_json(event))
+    kind = event.type
+    return (
+        session_id,
+        event.seq,
+        kind if kind.isascii() else escape_surrogates(kind),
+        event_json(event),
+    )
 
 
 @attrs.frozen
@@ -141,6 +155,12 @@ def is_busy(exc: BaseException) -> bool:
     """True for SQLITE_BUSY / SQLITE_LOCKED (extended codes included): worth another try."""
     code = getattr(exc, "sqlite_errorcode", None)
     return isinstance(code, int) and code & 0xFF in _BUSY_CODES
+
+
+def is_corrupt(exc: BaseException) -> bool:
+    """True for SQLITE_CORRUPT / SQLITE_NOTADB: the file is damaged or not a database."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF in _CORRUPT_CODES
 
 
 def settle(conn: sqlite3.Connection) -> Literal["rolled-back", "unknown", "broken"]:
@@ -178,17 +198,22 @@ def rows_stored(conn: sqlite3.Connection, work: Work) -> bool:
     )
 
 
+def _roll_back(conn: sqlite3.Connection) -> None:
+    """Roll back an open transaction, if any (its lock must not outlive a failure)."""
+    with contextlib.suppress(sqlite3.Error):
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+
 @contextlib.contextmanager
 def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
-    conn.execute("BEGIN IMMEDIATE")
     try:
+        conn.execute("BEGIN IMMEDIATE")
         yield
+        conn.execute("COMMIT")
     except BaseException:
-        with contextlib.suppress(sqlite3.Error):
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+        _roll_back(conn)
         raise
-    conn.execute("COMMIT")
 
 
 # --- ownership ------------------------------------------------------------------------------------
@@ -258,15 +283,15 @@ def acquire(
                 conn.execute("SELECT header FROM sessions WHERE session_id=?", (sid,)).fetchone()[0]
             )
         else:  # reclaim whatever a never-flushed earlier create left behind
-            header_json = json.dumps(thaw(header), ensure_ascii=False)
+            header_json = text_json(header)
             conn.execute("DELETE FROM events WHERE session_id=?", (sid,))
             conn.execute("DELETE FROM sessions WHERE session_id=?", (sid,))
             conn.execute(
                 "INSERT INTO sessions (session_id, agent_id, created_at, header) VALUES (?,?,?,?)",
                 (
                     sid,
-                    str(header.get("agent_id", "")),
-                    str(header.get("created_at", "")),
+                    escape_surrogates(str(header.get("agent_id", ""))),
+                    escape_surrogates(str(header.get("created_at", ""))),
                     header_json,
                 ),
             )
@@ -300,22 +325,29 @@ def commit(conn: sqlite3.Connection, work: Sequence[Work]) -> list[Exception | N
     """Store several handles' staged events in one transaction; per-handle refusals are returned.
 
     A refused handle (``SessionOwnershipLostError``, ``SequenceConflictError``) stores nothing;
-    the others commit. A database error aborts the whole transaction and propagates. The rows
-    come encoded: the transaction runs nothing but SQL.
+    the others commit. A database error aborts the whole transaction and propagates, left to
+    ``settle`` (it may have come from ``COMMIT``); any other exception is rolled back here and
+    propagates. The rows come encoded: the transaction runs nothing but SQL.
     """
     results: list[Exception | None] = []
     execute = conn.execute
-    execute("BEGIN IMMEDIATE")
-    for w in work:
-        token, last = execute(_CHECK, (w.session_id,)).fetchone()
-        if token == w.token and (-1 if last is None else last) == w.stored - 1:
-            conn.executemany(_INSERT, w.rows)
-            if w.last_turn_end is not None:
-                execute(_TURN_END, (w.last_turn_end, w.session_id))
-            results.append(None)
-        else:
-            results.append(_refusal(w, token, last))
-    execute("COMMIT")
+    try:
+        execute("BEGIN IMMEDIATE")
+        for w in work:
+            token, last = execute(_CHECK, (w.session_id,)).fetchone()
+            if token == w.token and (-1 if last is None else last) == w.stored - 1:
+                conn.executemany(_INSERT, w.rows)
+                if w.last_turn_end is not None:
+                    execute(_TURN_END, (w.last_turn_end, w.session_id))
+                results.append(None)
+            else:
+                results.append(_refusal(w, token, last))
+        execute("COMMIT")
+    except sqlite3.Error:
+        raise
+    except BaseException:
+        _roll_back(conn)
+        raise
     return results
 
 
@@ -337,7 +369,10 @@ def events(conn: sqlite3.Connection, sid: str, start: int, stop: int | None) -> 
         "SELECT json FROM events WHERE session_id=? AND seq>=? AND seq<? ORDER BY seq",
         (sid, start, 2**62 if stop is None else stop),
     ).fetchall()
-    return [event_from_json(row[0]) for row in rows]
+    try:
+        return [event_from_json(row[0]) for row in rows]
+    except ValueError as exc:
+        raise corrupt(sid, "event", exc) from exc
 
 
 def header(conn: sqlite3.Connection, sid: str) -> Mapping[str, Any]:
@@ -349,24 +384,28 @@ def header(conn: sqlite3.Connection, sid: str) -> Mapping[str, Any]:
     ).fetchone()
     if row is None:
         raise SessionNotFoundError(f"session {sid!r} not found")
-    return freeze(json.loads(row[0]))  # type: ignore[no-any-return]
+    return load_header(row[0], sid)
 
 
-def _info(row: tuple[str, int, str | None]) -> SessionInfo:
-    head = json.loads(row[0])
+def _info(row: tuple[str, int, str | None, str]) -> SessionInfo:
+    head = load_header(row[0], row[3])
+    try:
+        last = None if row[2] is None else freeze(json.loads(row[2]))
+    except ValueError as exc:
+        raise corrupt(row[3], "turn end", exc) from exc
     return SessionInfo(
-        session_id=str(head["session_id"]),
+        session_id=str(head.get("session_id", row[3])),
         agent_id=str(head.get("agent_id", "")),
         created_at=str(head.get("created_at", "")),
         event_count=row[1],
-        last_turn_end=None if row[2] is None else freeze(json.loads(row[2])),
+        last_turn_end=last,
     )
 
 
 def infos(conn: sqlite3.Connection, sid: str | None) -> list[SessionInfo]:
     """``SessionInfo`` of every stored session (or of ``sid``), oldest first."""
     query = (
-        f"SELECT header, {_COUNT} AS n, last_turn_end FROM sessions"
+        f"SELECT header, {_COUNT} AS n, last_turn_end, session_id FROM sessions"
         " WHERE EXISTS (SELECT 1 FROM events e WHERE e.session_id = sessions.session_id)"
     )
     if sid is None:

@@ -12,6 +12,11 @@ Only the last line may be torn (no newline, or it does not parse): readers skip 
 ``open("write")`` truncates it. A bad line followed by more lines is corruption: ``open``
 raises ``StoreError`` (code ``STORE_CORRUPT``) and truncates nothing. A flush is one
 ``pwrite`` at the end of the valid log plus ``fsync``; a failed write is cut off again.
+
+Every failure is a ``StoreError`` naming the directory (and the session): an OS error (the
+directory is a file, a path is a directory), a corrupt file, a session id that cannot name a
+file. Lines are encoded by ``_rows`` (lone surrogates escaped); an event that cannot be
+encoded at all fails its handle for good, before anything is written.
 """
 
 from __future__ import annotations
@@ -37,9 +42,10 @@ from ..errors import (
     SessionOwnershipLostError,
     StoreError,
 )
-from ..events import Event, event_from_json, event_to_json
+from ..events import Event, event_from_json
 from ..session.store import ReadHandle, SessionInfo, WriteHandle, info_from_events
 from ._check import check_range, new_suffix
+from ._rows import escape_surrogates, event_json
 
 __all__ = ["JsonlStore"]
 
@@ -179,6 +185,7 @@ def _create_sync(path: str, sid: str, header: Mapping[str, Any]) -> tuple[int, i
         if _parse(_read_fd(fd), path).events:
             raise SessionAlreadyExistsError(f"session {sid!r} already exists")
         line = json.dumps(thaw(header), ensure_ascii=False, separators=(",", ":")) + "\n"
+        line = escape_surrogates(line)
         os.ftruncate(fd, 0)
         size = _write_all(fd, line.encode(), 0)
     except BaseException:
@@ -212,11 +219,10 @@ def _write_all(fd: int, payload: bytes, offset: int) -> int:
     return offset
 
 
-def _flush_sync(sid: str, fd: int, offset: int, events: list[Event], directory: str | None) -> int:
-    """Append ``events`` at ``offset`` and fsync; on failure cut the file back to ``offset``."""
+def _flush_sync(sid: str, fd: int, offset: int, payload: bytes, directory: str | None) -> int:
+    """Append ``payload`` at ``offset`` and fsync; on failure cut the file back to ``offset``."""
     if os.fstat(fd).st_nlink == 0:
         raise SessionOwnershipLostError(f"session {sid!r} was deleted while owned")
-    payload = "".join(event_to_json(e) + "\n" for e in events).encode()
     try:
         os.ftruncate(fd, offset)  # drops the remains of an earlier failed write
         end = _write_all(fd, payload, offset)
@@ -277,7 +283,8 @@ class _JsonlReadHandle:
 
     async def read(self, offset: int = 0, length: int | None = None) -> list[Event]:
         stop = check_range(offset, length)
-        log = await self._store._thread(partial(_read_path, self._store._path(self._session_id)))
+        path = self._store._path(self._session_id)
+        log = await self._store._thread(partial(_read_path, path), self._session_id)
         return [] if log is None else log.events[offset:stop]
 
     async def close(self) -> None:
@@ -296,6 +303,8 @@ class _JsonlWriteHandle:
     _new_file: bool
     _staged: list[Event] = attrs.Factory(list)
     _lost: bool = False
+    _failure: StoreError | None = None
+    """Set when a staged event cannot be encoded: nothing more is written."""
     _closed: bool = False
 
     @property
@@ -314,6 +323,16 @@ class _JsonlWriteHandle:
         stop = check_range(offset, length)
         await trio.lowlevel.checkpoint()
         return (self._stored + self._staged)[offset:stop]
+
+    def _payload(self, batch: list[Event]) -> bytes:
+        try:
+            return "".join([event_json(e) + "\n" for e in batch]).encode()
+        except Exception as exc:
+            self._failure = StoreError(
+                f"session {self._session_id!r}: an event cannot be stored "
+                f"({type(exc).__name__}: {exc}); the session writes no more"
+            )
+            raise self._failure from exc
 
     async def append(self, events: Sequence[Event]) -> None:
         self._check_open()
@@ -336,11 +355,14 @@ class _JsonlWriteHandle:
             return
         if self._lost:
             raise SessionOwnershipLostError(f"session {self._session_id!r} was deleted while owned")
+        if self._failure is not None:
+            raise self._failure
         batch = self._staged[: len(self._staged)]
+        payload = self._payload(batch)
         directory = os.path.dirname(self._path) if self._new_file else None
-        flush = partial(_flush_sync, self._session_id, self._fd, self._size, batch, directory)
+        flush = partial(_flush_sync, self._session_id, self._fd, self._size, payload, directory)
         try:
-            self._size = await self._store._thread(flush)
+            self._size = await self._store._thread(flush, self._session_id)
         except SessionOwnershipLostError:
             self._lost = True
             raise
@@ -401,6 +423,8 @@ class _JsonlWriteHandle:
             raise trio.ClosedResourceError("write handle is closed")
         if self._lost:
             raise SessionOwnershipLostError(f"session {self._session_id!r} was deleted while owned")
+        if self._failure is not None:
+            raise self._failure
 
 
 @final
@@ -424,15 +448,31 @@ class JsonlStore:
         await self.aclose()
 
     def _path(self, session_id: str) -> str:
-        if not session_id:
-            raise ValueError("a session id must not be empty")
-        return os.path.join(self._directory, quote(session_id, safe="") + _SUFFIX)
+        """The file of ``session_id``.
 
-    async def _thread(self, fn: Callable[[], T]) -> T:
+        Raises:
+            StoreError: the id is empty or not valid Unicode (it cannot name a file).
+        """
+        try:
+            if not session_id:
+                raise ValueError("a session id must not be empty")
+            name = quote(session_id, safe="")
+        except ValueError as exc:  # (UnicodeEncodeError included)
+            raise StoreError(
+                f"jsonl store {self._directory!r}: session id {session_id!r} cannot name a file "
+                f"({exc})"
+            ) from exc
+        return os.path.join(self._directory, name + _SUFFIX)
+
+    async def _thread(self, fn: Callable[[], T], sid: str | None = None) -> T:
         try:
             return await trio.to_thread.run_sync(fn, limiter=self._limiter)
-        except OSError as exc:
-            raise StoreError(f"jsonl store {self._directory!r}: {exc}") from exc
+        except StoreError:
+            raise
+        except Exception as exc:  # OS errors, and whatever else: never a bare one
+            where = f"jsonl store {self._directory!r}"
+            where += "" if sid is None else f", session {sid!r}"
+            raise StoreError(f"{where}: {type(exc).__name__}: {exc}") from exc
 
     async def create(
         self, header: Mapping[str, Any], *, inherited_events: Sequence[Event] = ()
@@ -446,7 +486,7 @@ class JsonlStore:
         frozen = freeze(dict(header))
         sid = str(frozen["session_id"])
         path = self._path(sid)
-        fd, size = await self._thread(partial(_create_sync, path, sid, frozen))
+        fd, size = await self._thread(partial(_create_sync, path, sid, frozen), sid)
         handle = _JsonlWriteHandle(self, sid, path, fd, frozen, size, [], True)
         if inherited_events:
             await handle.append(list(inherited_events))
@@ -468,11 +508,11 @@ class JsonlStore:
         """
         path = self._path(session_id)
         if mode == "read":
-            log = await self._thread(partial(_read_path, path))
+            log = await self._thread(partial(_read_path, path), session_id)
             if log is None or log.header is None or not log.events:
                 raise SessionNotFoundError(f"session {session_id!r} not found")
             return _JsonlReadHandle(self, session_id, log.header)
-        fd, stored = await self._thread(partial(_open_write_sync, path, session_id))
+        fd, stored = await self._thread(partial(_open_write_sync, path, session_id), session_id)
         assert stored.header is not None
         return _JsonlWriteHandle(
             self, session_id, path, fd, stored.header, stored.valid_end, stored.events, False
@@ -488,7 +528,8 @@ class JsonlStore:
         Raises:
             StoreError: the file is corrupt (code ``STORE_CORRUPT``).
         """
-        log = await self._thread(partial(_read_path, self._path(session_id)))
+        path = self._path(session_id)
+        log = await self._thread(partial(_read_path, path), session_id)
         if log is None or log.header is None or not log.events:
             return None
         return info_from_events(log.header, log.events)
@@ -496,7 +537,7 @@ class JsonlStore:
     async def delete(self, session_id: str) -> None:
         """Delete a session's file (a live owner keeps writing to the unlinked file)."""
         path = self._path(session_id)
-        await self._thread(partial(_unlink, path))
+        await self._thread(partial(_unlink, path), session_id)
 
     async def aclose(self) -> None:
         """Nothing to release: each write handle owns its descriptor."""

@@ -18,12 +18,21 @@ the batch blindly again. Once nothing is known to be stored, a flush that failed
 that may pass (a lost connection, a serialization failure, a deadlock, a lock not available)
 is tried again a few times on a fresh connection; idempotent transactions (reads, lease
 acquisition, renewal, release) likewise. Other errors (disk full) fail the flush.
+
+Reconnecting. A lost connection (no SQLSTATE, class 08, or the server ending the session:
+``57P01`` as ``pg_terminate_backend`` sends, ``57P02``, ``57P03`` while it restarts) is retried
+on a new connection after each of ``retry_delays`` (capped exponential by default, about 6.5 s
+in all); past them the call raises ``StoreError``. Nothing is re-checked on reconnect: the
+retried transaction checks the lease (token, epoch, expiry) itself, so a session taken over
+while this process was cut off raises ``SessionOwnershipLostError`` and writes nothing, and
+a retried batch is neither lost nor duplicated (a lost ``COMMIT`` is read back first).
+Every failure of a store method is a ``StoreError``: psycopg's, and any other (a value the
+driver cannot send, stored text that does not decode), with its cause chained.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import secrets
@@ -45,7 +54,7 @@ from ..events import Event
 from ..session.store import ReadHandle, SessionInfo, WriteHandle
 from . import _postgres_sync as pg
 from ._check import check_range, read_stored_and_staged, stage
-from ._rows import last_turn_end
+from ._rows import last_turn_end, load_header
 
 __all__ = ["PostgresStore"]
 
@@ -55,8 +64,15 @@ _POOL_SIZE: Final = 4
 #: Releasing after a timed-out close gets this much extra time (best effort).
 _RELEASE_GRACE: Final = 1.0
 _PREFIX: Final = re.compile(r"[a-z_][a-z0-9_]{0,40}")
-#: Seconds to wait before each repeat of a flush that stored nothing.
-_RETRY_DELAYS: Final = (0.01, 0.05, 0.25)
+
+
+def capped_backoff(first: float, cap: float, count: int) -> tuple[float, ...]:
+    """``count`` delays doubling from ``first``, each at most ``cap``."""
+    return tuple(min(first * 2**i, cap) for i in range(count))
+
+
+#: Seconds to wait before each repeat of a call that failed and may work on a new connection.
+RETRY_DELAYS: Final = capped_backoff(0.02, 2.0, 9)
 
 
 # --- handles -----------------------------------------------------------------------------------
@@ -78,9 +94,8 @@ class _PgReadHandle:
 
     async def read(self, offset: int = 0, length: int | None = None) -> list[Event]:
         stop = check_range(offset, length)
-        return await self._store._run_again(
-            partial(pg.events, sid=self._session_id, start=offset, stop=stop)
-        )
+        read = partial(pg.events, sid=self._session_id, start=offset, stop=stop)
+        return await self._store._run_again(read, sid=self._session_id)
 
     async def close(self) -> None:
         await trio.lowlevel.checkpoint()
@@ -112,7 +127,7 @@ class _PgWriteHandle:
 
     async def _fetch(self, start: int, stop: int) -> list[Event]:
         fetch = partial(pg.events, sid=self._session_id, start=start, stop=stop)
-        return await self._store._run_again(fetch)
+        return await self._store._run_again(fetch, sid=self._session_id)
 
     async def read(self, offset: int = 0, length: int | None = None) -> list[Event]:
         return await read_stored_and_staged(
@@ -135,7 +150,7 @@ class _PgWriteHandle:
         if self._failure is not None:
             raise self._failure
         batch = self._staged[: len(self._staged)]
-        rows = [pg.Row.of(e) for e in batch]
+        rows = self._rows(batch)
         txn = partial(
             pg.flush,
             sid=self._session_id,
@@ -144,9 +159,10 @@ class _PgWriteHandle:
             rows=rows,
             last=last_turn_end(batch),
         )
-        for delay in (*_RETRY_DELAYS, None):
+        fresh = False
+        for delay in (*self._store._retry_delays, None):
             try:
-                await self._store._run(txn)
+                await self._store._run(txn, fresh=fresh, sid=self._session_id)
                 break
             except SessionOwnershipLostError as exc:
                 self._failure = exc
@@ -158,21 +174,38 @@ class _PgWriteHandle:
                     f"session {self._session_id!r}: the connection failed during commit and "
                     f"nothing was stored ({exc})"
                 )
+                error.__cause__ = exc.__cause__
             except pg.RetryableError as exc:
                 error = StoreError(f"session {self._session_id!r}: nothing was stored ({exc})")
+                error.__cause__ = exc.__cause__
+            except StoreError as exc:  # connecting failed, or a final error
+                if not _worth_retrying(exc):
+                    raise
+                error = exc
             if delay is None:
                 raise error
             self._store._retries += 1
-            await trio.sleep(delay)  # nothing was stored: a new connection may do better
+            fresh = True  # nothing was stored: a new connection may do better
+            await trio.sleep(delay)
         self._stored_count += len(batch)
         del self._staged[: len(batch)]
+
+    def _rows(self, batch: list[Event]) -> list[pg.Row]:
+        """Encode ``batch``; an event that cannot be encoded fails the handle for good."""
+        try:
+            return [pg.Row.of(e) for e in batch]
+        except Exception as exc:
+            self._failure = StoreError(
+                f"session {self._session_id!r}: an event cannot be stored "
+                f"({type(exc).__name__}: {exc}); the session writes no more"
+            )
+            raise self._failure from exc
 
     async def _resolve(self, rows: list[pg.Row]) -> bool:
         """Settle an ambiguous commit by reading back: did it commit?"""
         try:
-            return await self._store._run_again(
-                partial(pg.resolve, sid=self._session_id, rows=rows), fresh=True
-            )
+            resolve = partial(pg.resolve, sid=self._session_id, rows=rows)
+            return await self._store._run_again(resolve, fresh=True, sid=self._session_id)
         except StoreError as exc:
             self._failure = StoreError(
                 f"session {self._session_id!r}: the outcome of a commit is unknown ({exc})"
@@ -188,7 +221,7 @@ class _PgWriteHandle:
             epoch=self._epoch,
             ttl=self._store.lease_ttl,
         )
-        if not await self._store._run_again(renew):
+        if not await self._store._run_again(renew, sid=self._session_id):
             self._failure = pg.lost(self._session_id)
             raise self._failure
 
@@ -239,7 +272,7 @@ class _PgWriteHandle:
         )
         with trio.move_on_at(max(deadline, trio.current_time() + _RELEASE_GRACE)):
             try:
-                await self._store._run_again(release, any_error=True)
+                await self._store._run_again(release, any_error=True, sid=self._session_id)
             except StoreError as exc:
                 return exc
             return None
@@ -268,6 +301,9 @@ class PostgresStore:
             stores can share one database.
         connection_class: The ``psycopg.Connection`` subclass to connect with (its
             ``connect`` is called); tests pass one that injects faults.
+        retry_delays: Seconds to wait before each repeat of a call that failed for a reason
+            that may pass (a lost connection, a serialization failure); their number is the
+            retry budget. Default ``RETRY_DELAYS``: 0.02 s doubling up to 2 s, 9 repeats.
     """
 
     def __init__(
@@ -278,11 +314,14 @@ class PostgresStore:
         close_timeout: float = 10.0,
         table_prefix: str = "dsh_",
         connection_class: type[pg.Conn] = psycopg.Connection,
+        retry_delays: Sequence[float] = RETRY_DELAYS,
     ) -> None:
         if not _PREFIX.fullmatch(table_prefix):
             raise ValueError(f"table_prefix must match [a-z_][a-z0-9_]*, not {table_prefix!r}")
         if lease_ttl <= 0:
             raise ValueError("lease_ttl must be positive")
+        if any(delay < 0 for delay in retry_delays):
+            raise ValueError("retry_delays must not be negative")
         self._dsn = dsn
         self._lease_ttl = float(lease_ttl)
         self._close_timeout = close_timeout
@@ -293,6 +332,7 @@ class PostgresStore:
         self._schema_ready = False
         self._connection_class = connection_class
         self._retries = 0
+        self._retry_delays = tuple(retry_delays)
 
     async def __aenter__(self) -> PostgresStore:
         return self
@@ -335,7 +375,7 @@ class PostgresStore:
             self._checkin(conn)
 
     def _checkin(self, conn: pg.Conn) -> None:
-        if not conn.closed and not conn.broken:
+        if not conn.closed and not conn.broken and len(self._idle) < _POOL_SIZE:
             try:
                 if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     conn.rollback()
@@ -346,31 +386,45 @@ class PostgresStore:
                 return
         conn.close()
 
-    async def _run(self, fn: Callable[[pg.Sql, pg.Conn], T], *, fresh: bool = False) -> T:
+    async def _run(
+        self, fn: Callable[[pg.Sql, pg.Conn], T], *, fresh: bool = False, sid: str | None = None
+    ) -> T:
+        """Run one transaction in a worker thread; every failure leaves as a ``StoreError``.
+
+        (``flush``'s ``RetryableError`` and ``AmbiguousCommitError`` are for its caller.)
+        """
         try:
             return await trio.to_thread.run_sync(self._call, fn, fresh, limiter=self._limiter)
-        except psycopg.Error as exc:
-            raise StoreError(f"postgres store: {exc}") from exc
+        except (StoreError, pg.RetryableError, pg.AmbiguousCommitError):
+            raise
+        except Exception as exc:  # psycopg's, or a value it cannot send, or a bug
+            where = "postgres store" + ("" if sid is None else f", session {sid!r}")
+            what = str(exc) if isinstance(exc, psycopg.Error) else f"{type(exc).__name__}: {exc}"
+            raise StoreError(f"{where}: {what}") from exc
 
     async def _run_again(
-        self, fn: Callable[[pg.Sql, pg.Conn], T], *, fresh: bool = False, any_error: bool = False
+        self,
+        fn: Callable[[pg.Sql, pg.Conn], T],
+        *,
+        fresh: bool = False,
+        any_error: bool = False,
+        sid: str | None = None,
     ) -> T:
         """Run an idempotent transaction; repeat it after a lost connection or a transient error.
 
         Reads, ``renew``, ``release`` and ``delete`` are idempotent as they stand; an
         acquisition is, because a lease that already carries the claim's token is that claim.
         With ``any_error`` every database error is worth another try (releasing a lease).
+        A repeat runs on a new connection.
         """
-        for delay in (*_RETRY_DELAYS, None):
+        for delay in (*self._retry_delays, None):
             try:
-                return await self._run(fn, fresh=fresh)
+                return await self._run(fn, fresh=fresh, sid=sid)
             except StoreError as exc:
-                cause = exc.__cause__
-                if delay is None or not isinstance(cause, psycopg.Error):
-                    raise
-                if not (any_error or pg.retryable(cause)):
+                if delay is None or not _worth_retrying(exc, any_error=any_error):
                     raise
             self._retries += 1
+            fresh = True
             await trio.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -391,7 +445,7 @@ class PostgresStore:
         frozen = freeze(dict(header))
         sid, claim = str(frozen["session_id"]), self._claim()
         epoch, _, _ = await self._run_again(
-            partial(pg.acquire, sid=sid, claim=claim, header=frozen)
+            partial(pg.acquire, sid=sid, claim=claim, header=frozen), sid=sid
         )
         handle = _PgWriteHandle(self, sid, frozen, claim.token, epoch, 0)
         if inherited_events:
@@ -412,13 +466,25 @@ class PostgresStore:
             SessionAlreadyOwnedError: ``mode="write"`` and another lease is live.
         """
         if mode == "read":
-            text = await self._run_again(partial(pg.header, sid=session_id))
-            return _PgReadHandle(self, session_id, freeze(json.loads(text)))
+            text = await self._run_again(partial(pg.header, sid=session_id), sid=session_id)
+            return _PgReadHandle(self, session_id, load_header(text, session_id))
         claim = self._claim()
         epoch, count, text = await self._run_again(
-            partial(pg.acquire, sid=session_id, claim=claim, header=None)
+            partial(pg.acquire, sid=session_id, claim=claim, header=None), sid=session_id
         )
-        header = freeze(json.loads(text))
+        try:
+            header = load_header(text, session_id)
+        except StoreError:  # corrupt: give the lease just taken back
+            release = partial(
+                pg.release, sid=session_id, token=claim.token, epoch=epoch, drop_if_empty=False
+            )
+            with (  # best effort: the corruption is what is reported
+                trio.CancelScope(shield=True),
+                trio.move_on_after(_RELEASE_GRACE),
+                contextlib.suppress(StoreError),
+            ):
+                await self._run_again(release, sid=session_id)
+            raise
         return _PgWriteHandle(self, session_id, header, claim.token, epoch, count)
 
     async def list(self) -> list[SessionInfo]:
@@ -427,12 +493,12 @@ class PostgresStore:
 
     async def stat(self, session_id: str) -> SessionInfo | None:
         """Describe one stored session, or None when absent."""
-        infos = await self._run_again(partial(pg.infos, sid=session_id))
+        infos = await self._run_again(partial(pg.infos, sid=session_id), sid=session_id)
         return infos[0] if infos else None
 
     async def delete(self, session_id: str) -> None:
         """Delete a session, its events and its lease (a live owner then loses it)."""
-        await self._run_again(partial(pg.delete, sid=session_id))
+        await self._run_again(partial(pg.delete, sid=session_id), sid=session_id)
 
     async def aclose(self) -> None:
         """Close the pooled connections; the store reconnects if used again."""
@@ -448,3 +514,11 @@ class PostgresStore:
         finally:
             for borrower in borrowers:
                 self._limiter.release_on_behalf_of(borrower)
+
+
+def _worth_retrying(exc: StoreError, *, any_error: bool = False) -> bool:
+    """A psycopg failure (wrapped by ``_run``) that a repeat on a new connection may cure."""
+    cause = exc.__cause__
+    if type(exc) is not StoreError or not isinstance(cause, psycopg.Error):
+        return False
+    return any_error or pg.retryable(cause)

@@ -26,12 +26,17 @@ is rolled back (nothing was stored); when none is open any more (the failure cam
 with identical content count as committed — never a blind retry. Busy/locked errors and a
 lost connection are retried a few times once nothing was stored; other errors (disk full,
 I/O error) fail the flush; an outcome that cannot be read back fails the handle for good.
+
+Any failure is a ``StoreError``, and only the sessions it concerns see it. Every transaction
+is rolled back on any exception (the write lock of the whole file must not outlive it). An
+event that cannot be encoded fails its own handle for good before the transaction starts,
+and a commit that fails for a reason other than a database error (a bug, a value the driver
+refuses) is tried again one handle at a time, so it fails only the handle that causes it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import socket
@@ -53,7 +58,7 @@ from ..events import Event
 from ..session.store import ReadHandle, SessionInfo, WriteHandle
 from . import _sqlite_sync as sql
 from ._check import check_range, read_stored_and_staged, stage
-from ._rows import last_turn_end
+from ._rows import last_turn_end, load_header
 from ._threads import run_in_worker
 
 __all__ = ["SqliteStore", "SqliteStoreStatistics"]
@@ -93,8 +98,8 @@ class _Round:
 
     results: list[Exception | None] | None = None
     """Per-handle results when the transaction committed."""
-    failure: sqlite3.Error | None = None
-    """The database error that stopped it."""
+    failure: Exception | None = None
+    """What stopped it: a database error, or any other exception (rolled back)."""
     stored: list[bool] | None = None
     """After a failure: per handle, whether its events turned out stored (read back)."""
     unknown: BaseException | None = None
@@ -382,8 +387,10 @@ class SqliteStore:
     def _writer_call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         try:
             return fn(self._writer_conn())
-        except sqlite3.Error:
-            self._settle_writer()
+        except BaseException as exc:
+            conn = self._writer
+            if isinstance(exc, sqlite3.Error) or (conn is not None and conn.in_transaction):
+                self._settle_writer()
             raise
 
     def _reader_call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -391,9 +398,11 @@ class SqliteStore:
             self._reader = self._connect()
         try:
             return fn(self._reader)
-        except sqlite3.Error:
-            if sql.settle(self._reader) == "broken":
-                conn, self._reader = self._reader, None
+        except BaseException as exc:
+            conn = self._reader
+            settle = isinstance(exc, sqlite3.Error) or conn.in_transaction
+            if settle and sql.settle(conn) == "broken":
+                self._reader = None
                 conn.close()
             raise
 
@@ -401,12 +410,15 @@ class SqliteStore:
         """One commit attempt, settled: committed, not committed, or read back."""
         try:
             conn = self._writer_conn()
-        except sqlite3.Error as exc:
+        except Exception as exc:
             return _Round(failure=exc, stored=[False] * len(work), broken=True)
         try:
             return _Round(results=sql.commit(conn, work))
         except sqlite3.Error as exc:
             failure = exc
+        except Exception as exc:  # rolled back by ``commit``: nothing was stored
+            broken = conn.in_transaction and self._settle_writer() == "broken"
+            return _Round(failure=exc, stored=[False] * len(work), broken=broken)
         state = self._settle_writer()
         if state == "rolled-back":
             return _Round(failure=failure, stored=[False] * len(work))
@@ -421,15 +433,22 @@ class SqliteStore:
 
     # --- connections (the trio side) ---
 
-    def _error(self, exc: BaseException) -> StoreError:
-        error = StoreError(f"sqlite store {self._path!r}: {exc}")
+    def _error(self, exc: BaseException, sid: str | None = None) -> StoreError:
+        """``exc`` as a ``StoreError`` naming the file (and the session), its cause chained."""
+        where = f"sqlite store {self._path!r}" + ("" if sid is None else f", session {sid!r}")
+        what = str(exc) if isinstance(exc, sqlite3.Error) else f"{type(exc).__name__}: {exc}"
+        error = StoreError(f"{where}: {what}")
+        if sql.is_corrupt(exc):
+            error.code = "STORE_CORRUPT"
         error.__cause__ = exc
         return error
 
     async def _hop(self, fn: Callable[[], T]) -> T:
         try:
             return await run_in_worker(fn)
-        except sqlite3.Error as exc:
+        except StoreError:
+            raise
+        except Exception as exc:  # sqlite3, OS (the file's directory), encoding, bugs
             raise self._error(exc) from exc
 
     async def _on_writer(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -438,9 +457,13 @@ class SqliteStore:
             for delay in (*_RETRY_DELAYS, None):
                 try:
                     return await run_in_worker(partial(self._writer_call, fn))
+                except StoreError:
+                    raise
                 except sqlite3.Error as exc:
-                    if delay is None:
+                    if delay is None or sql.is_corrupt(exc):
                         raise self._error(exc) from exc
+                except Exception as exc:  # not worth another try (rolled back)
+                    raise self._error(exc) from exc
                 self._retries += 1
                 await trio.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -498,30 +521,57 @@ class SqliteStore:
         batch = [h for h in self._flush_queue if h._staged and not (h._lost or h._failure)]
         for handle in batch:
             self._flush_queue.pop(handle, None)
+        failed = await self._commit_batch(batch)
+        if len(failed) > 1:  # not a database error: find whose events cause it
+            for handle in failed:
+                handle._flush_error = None
+                await self._commit_batch([handle])
+
+    async def _commit_batch(self, batch: list[_SqliteWriteHandle]) -> list[_SqliteWriteHandle]:
+        """Commit ``batch`` in one transaction, retried while nothing was stored and it may help.
+
+        Returns the handles a failure other than a database error left uncommitted (each
+        has that failure as its flush error; nothing of theirs was stored).
+        """
         delays = iter(_RETRY_DELAYS)
-        while batch:
-            work = [self._work(h) for h in batch]
+        while batch := [h for h in batch if h._flush_error is None]:
+            encoded = [(h, w) for h in batch if (w := self._work(h)) is not None]
+            if not encoded:
+                return []
+            batch, work = [h for h, _ in encoded], [w for _, w in encoded]
             attempt = await run_in_worker(partial(self._commit_call, work))
             if attempt.results is not None:
                 self._committed_round()
                 for handle, w, result in zip(batch, work, attempt.results, strict=True):
                     self._settle_handle(handle, len(w.rows), result)
-                return
+                return []
             failure = attempt.failure
             assert failure is not None
             batch = self._after_failure(batch, work, attempt)
             delay = next(delays, None) if batch else None
             if delay is None or not (attempt.broken or sql.is_busy(failure)):
                 for handle in batch:  # nothing stored: the events stay staged
-                    handle._flush_error = self._error(failure)
-                return
+                    handle._flush_error = self._error(failure, handle._session_id)
+                return [] if isinstance(failure, sqlite3.Error) else batch
             self._retries += 1
             await trio.sleep(delay)
+        return []
 
-    @staticmethod
-    def _work(handle: _SqliteWriteHandle) -> sql.Work:
-        """A snapshot of ``handle``'s staged events for the worker (appends may follow)."""
-        rows = handle._pending_rows()
+    def _work(self, handle: _SqliteWriteHandle) -> sql.Work | None:
+        """A snapshot of ``handle``'s staged events for the worker (appends may follow).
+
+        None if an event cannot be encoded: the handle then fails for good (that event, and
+        every later one, can never be stored).
+        """
+        try:
+            rows = handle._pending_rows()
+        except Exception as exc:
+            handle._failure = handle._flush_error = StoreError(
+                f"session {handle._session_id!r}: an event cannot be stored "
+                f"({type(exc).__name__}: {exc}); the session writes no more"
+            )
+            handle._failure.__cause__ = exc
+            return None
         return sql.Work(
             handle._session_id,
             handle._token,
@@ -632,7 +682,17 @@ class SqliteStore:
         me, token = await self._whoami(), secrets.token_hex(16)
         acquire = partial(sql.acquire, sid=session_id, me=me, token=token, header=None)
         count, header_json = await self._on_writer(acquire)
-        header = freeze(json.loads(header_json))
+        try:
+            header = load_header(header_json, session_id)
+        except StoreError:  # corrupt: give the ownership just taken back
+            release = partial(sql.release, sid=session_id, token=token, drop_if_empty=False)
+            with (  # best effort: the corruption is what is reported
+                trio.CancelScope(shield=True),
+                trio.move_on_after(_RELEASE_GRACE),
+                contextlib.suppress(StoreError),
+            ):
+                await self._on_writer(release)
+            raise
         return _SqliteWriteHandle(self, session_id, header, token, count)
 
     async def list(self) -> list[SessionInfo]:
