@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 import pytest
 import trio
 
-from dsh_agent_loop import HookBus, Reply
+from dsh_agent_loop import (
+    AgentOptions,
+    HookBus,
+    MemoryStore,
+    Reply,
+    ScriptedModel,
+    open_runtime,
+    tool,
+)
 from dsh_agent_loop.hooks import HookChain, HookScope
 
-from .agent.conftest import harness
+from .agent.conftest import assert_well_formed, harness, turn_ends
 
 
 async def test_waterfall_runs_in_registration_order_around_the_default():
@@ -158,15 +169,36 @@ async def test_a_running_chain_keeps_the_listeners_it_started_with():
     assert trace == ["a", "c"]
 
 
-def test_observer_exceptions_propagate():
-    bus = HookBus()
+def test_a_raising_observer_is_logged_and_the_others_still_run(caplog):
+    runtime, scoped = HookBus(), HookBus()
+    seen = []
 
     def boom(event):
+        seen.append(("boom", event))
         raise RuntimeError("observer failed")
 
-    bus.on("e", boom)
-    with pytest.raises(RuntimeError, match="observer failed"):
-        HookChain(bus).emit("e", None)
+    runtime.on("e", boom)
+    runtime.on("e", lambda e: seen.append(("runtime", e)))
+    scoped.on("e", boom)
+    scoped.on("e", lambda e: seen.append(("scoped", e)))
+    with caplog.at_level(logging.ERROR, logger="dsh_agent_loop.hooks"):
+        HookChain(runtime, scoped).emit("e", 1)  # returns: nothing propagates
+        runtime.emit("e", 2)  # the bus itself, as the lifecycle uses it
+    assert seen == [
+        ("boom", 1),
+        ("runtime", 1),
+        ("boom", 1),
+        ("scoped", 1),
+        ("boom", 2),
+        ("runtime", 2),
+    ]
+    failures = [r for r in caplog.records if r.name == "dsh_agent_loop.hooks"]
+    assert len(failures) == 3
+    for record in failures:
+        assert record.levelno == logging.ERROR
+        assert record.exc_info is not None
+        assert record.exc_info[1].args == ("observer failed",)
+        assert "'e'" in record.getMessage()
 
 
 def test_a_scope_forgets_its_registrations_on_close():
@@ -263,3 +295,74 @@ def test_has_and_any_follow_registrations_on_either_bus():
     assert three.any("serial")
     assert not HookChain().has("on", "x")
     assert not HookChain().any("on")
+
+
+# Notifications one agent's observers watch; each observer raises (issue 10 item 11).
+WATCHED = (
+    "agent/status",
+    "agent/assistant-stream",
+    "agent/inbox/inserted",
+    "agent/inbox/claimed",
+    "session/event",
+    "session/flush",
+    "tools/result",
+)
+
+
+async def test_raising_observers_never_stop_an_agent_or_its_neighbours(autojump_clock, caplog):
+    @tool
+    async def look() -> str:
+        """Look around."""
+        return "seen"
+
+    called: dict[str, int] = dict.fromkeys(WATCHED, 0)
+
+    def raising(name: str) -> Any:
+        def observer(event: Any) -> None:
+            called[name] += 1
+            raise RuntimeError(f"{name} observer broke")
+
+        return observer
+
+    async def setup(scope: Any, agent: Any) -> None:
+        for name in WATCHED:  # main's own observers, all raising
+            scope.hooks.on(name, raising(name))
+
+    main_model = ScriptedModel(
+        [Reply.tool_calls(("look", {}), ("look", {})), Reply.text("a"), Reply.text("b")]
+    )
+    other_model = ScriptedModel(
+        [Reply.tool_calls(("look", {})), Reply.text("other done")], latency=1.0
+    )
+    with caplog.at_level(logging.ERROR, logger="dsh_agent_loop.hooks"):
+        async with open_runtime(
+            store=MemoryStore(),
+            providers={"scripted": main_model, "other": other_model},
+            tools=[look],
+            clock=trio.current_time,
+        ) as rt:
+            main = await rt.agents.create(
+                options=AgentOptions(id="main", provider="scripted", model="m"), setup=setup
+            )
+            other = await rt.agents.create(
+                options=AgentOptions(id="other", provider="other", model="m")
+            )
+            main.agent.followup("go")
+            other.agent.followup("go")
+            await main.agent.wait_idle()
+            main.agent.followup("again")  # main's loop goes on after its observers raised
+            await main.agent.wait_idle()
+            await other.agent.wait_idle()
+            main_events = main.agent.session.events
+            other_events = other.agent.session.events
+            assert rt.agents.get("main") is main.agent
+    assert all(called[name] > 0 for name in WATCHED), called
+    assert turn_ends(main_events) == [{"kind": "completed"}, {"kind": "completed"}]
+    assert turn_ends(other_events) == [{"kind": "completed"}]
+    assert_well_formed(main_events)
+    assert_well_formed(other_events)
+    logged = [r for r in caplog.records if r.name == "dsh_agent_loop.hooks"]
+    assert len(logged) == sum(called.values())  # every failure logged, none escaped
+    assert {r.exc_info[1].args[0] for r in logged if r.exc_info} == {
+        f"{name} observer broke" for name in WATCHED
+    }

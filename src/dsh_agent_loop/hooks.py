@@ -12,10 +12,11 @@ hooks vanish with the agent. Invocation is cheap when nobody listens: the driver
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, final
 
-__all__ = ["Disposer", "HookBus", "HookScope"]
+__all__ = ["Disposer", "HookBus", "HookScope", "call_observer"]
 
 Disposer = Callable[[], None]
 Observer = Callable[[Any], None]
@@ -24,7 +25,20 @@ Middleware = Callable[[Any, Next], Awaitable[Any]]
 SerialFn = Callable[[Any], Awaitable[None]]
 
 _KINDS: Final = ("on", "waterfall", "serial")
+_log: Final = logging.getLogger("dsh_agent_loop.hooks")
 _EMPTY: Final[dict[str, dict[str, list[Any]]]] = {k: {} for k in _KINDS}  # shared, never mutated
+
+
+def call_observer(fn: Observer, name: str, event: Any) -> None:
+    """Call one ``on`` observer; what it raises is logged and goes no further.
+
+    An observer watches; it cannot veto or stop an agent (``session/created`` is the one hook
+    whose raising listener vetoes, and the lifecycle calls those listeners itself).
+    """
+    try:
+        fn(event)
+    except Exception:
+        _log.exception("observer %r of %r raised; ignored", fn, name)
 
 
 @final
@@ -68,6 +82,11 @@ class HookBus:
     def serial(self, name: str, fn: SerialFn) -> Disposer:
         """Register ``fn(payload)``, awaited in order with the other serial listeners."""
         return self._add("serial", name, fn)
+
+    def emit(self, name: str, event: Any) -> None:
+        """Call the ``on`` observers of ``name``; a raising observer is logged and isolated."""
+        for entry in self._lists["on"].get(name, ()):  # lists are copy-on-write
+            call_observer(entry[0], name, event)
 
     def _fns(self, kind: str, name: str) -> list[Any]:
         return [e[0] for e in self._lists[kind].get(name, ())]
@@ -153,10 +172,10 @@ class HookChain:
         return False
 
     def emit(self, name: str, event: Any) -> None:
-        """Call the observers of ``name``; an observer's exception propagates."""
+        """Call the observers of ``name``; a raising observer is logged and isolated."""
         for bus in self._buses:
             for entry in bus._lists["on"].get(name, ()):  # lists are copy-on-write
-                entry[0](event)
+                call_observer(entry[0], name, event)
 
     async def waterfall(
         self, name: str, payload: Any, default: Callable[[Any], Awaitable[Any]]

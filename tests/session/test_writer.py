@@ -1,7 +1,8 @@
-"""The session writer: commit delay without barriers, failing closes, store failures mid-turn."""
+"""The session writer: commit delay, failing closes, store failures mid-turn, unexpected errors."""
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from dsh_agent_loop import (
     Reply,
     ScriptedModel,
     StoreError,
+    invariants,
     open_runtime,
     tool,
 )
@@ -141,3 +143,209 @@ async def test_a_full_batch_is_committed_at_once_without_a_barrier_or_the_timer(
         assert writer.statistics().committed_seq == 7
         await writer.aclose()
     assert [e.seq for e in await (await store.open("s-1")).read()] == list(range(8))
+
+
+# -- any exception a handle raises is that session's STORE_FAILED (SPEC §14, issue 10 item 9) --
+
+
+class _BrokenHandle:
+    """Delegates to a real handle; raises ``error`` from the named method once armed."""
+
+    def __init__(self, inner: Any, owner: _OneBrokenSession) -> None:
+        self._inner = inner
+        self._owner = owner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def _check(self, method: str) -> None:
+        if self._owner.armed and self._owner.method == method:
+            raise self._owner.error
+
+    async def append(self, events: Any) -> None:
+        self._check("append")
+        await self._inner.append(events)
+
+    async def flush(self) -> None:
+        self._check("flush")
+        await self._inner.flush()
+
+
+class _OneBrokenSession:
+    """A MemoryStore whose handle for agent ``victim`` raises ``error`` once armed."""
+
+    def __init__(self, victim: str, method: str, error: Exception) -> None:
+        self.inner = MemoryStore()
+        self.victim, self.method, self.error = victim, method, error
+        self.armed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def create(self, header: Any, *, inherited_events: Any = ()) -> Any:
+        handle = await self.inner.create(header, inherited_events=inherited_events)
+        return _BrokenHandle(handle, self) if header["agent_id"] == self.victim else handle
+
+
+class _Unprintable(RuntimeError):
+    def __str__(self) -> str:
+        raise ValueError("no text")
+
+
+@pytest.mark.parametrize(
+    ("method", "error", "message"),
+    [
+        ("append", ValueError("cannot encode row"), "ValueError: cannot encode row"),
+        ("flush", RuntimeError("store bug"), "RuntimeError: store bug"),
+        ("append", sqlite3.OperationalError("database is locked"), "OperationalError: database"),
+        ("flush", _Unprintable(), "session store failed: _Unprintable"),
+    ],
+)
+async def test_an_unexpected_handle_error_stops_that_agent_only(
+    autojump_clock, method, error, message
+):
+    store = _OneBrokenSession("main", method, error)
+    main_model = ScriptedModel([Reply.tool_calls(("touch", {})), Reply.text("never")])
+    other_model = ScriptedModel(
+        [Reply.tool_calls(("touch", {})), Reply.text("other done")], latency=1.0
+    )
+    errors: list[Any] = []
+    async with open_runtime(
+        store=store,
+        providers={"scripted": main_model, "other": other_model},
+        tools=[touch],
+        clock=trio.current_time,
+    ) as rt:
+        rt.hooks.on("agent/error", errors.append)
+        main = await rt.agents.create(options=OPTIONS)
+        other = await rt.agents.create(
+            options=AgentOptions(id="other", provider="other", model="m")
+        )
+        store.armed = True  # from now on every commit of main's session fails
+        main.agent.followup("go")
+        other.agent.followup("go")
+        with trio.fail_after(60):
+            while rt.agents.get("main") is not None:  # the failing agent is disposed
+                await trio.sleep(0.01)
+            await other.agent.wait_idle()
+        assert rt.agents.get("other") is other.agent
+        failure = main.agent.store_failure
+        main_events = main.agent.session.events
+        other_events = other.agent.session.events
+    # the runtime block exited normally; only main failed, once, as STORE_FAILED
+    assert [(e.data["agent_id"], e.data["error"]["code"]) for e in errors] == [
+        ("main", "STORE_FAILED")
+    ]
+    assert message in errors[0].data["error"]["message"]
+    assert isinstance(failure, StoreError)
+    assert failure.code == "STORE_FAILED"
+    assert failure.__cause__ is error
+    end = [e for e in main_events if e.type == "turn/end"][-1]
+    assert end.data["reason"]["kind"] == "error"
+    assert end.data["reason"]["error"]["code"] == "STORE_FAILED"
+    assert [e.data["reason"]["kind"] for e in other_events if e.type == "turn/end"] == ["completed"]
+    assert invariants.check(main_events) == []
+    assert invariants.check(other_events) == []
+    stored = await (await store.inner.open(other.agent.session_id)).read()
+    assert [e.data for e in stored] == [e.data for e in other_events]
+
+
+class _ScriptedHandle:
+    """A MemoryStore handle with a lease, whose renew or close can raise."""
+
+    def __init__(self, inner: Any, *, renew: Exception | None = None) -> None:
+        self._inner = inner
+        self._renew_error = renew
+        self.close_error: Exception | None = None
+        self.aborted = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    @property
+    def lease_ttl(self) -> float:
+        return 3.0
+
+    async def renew(self) -> None:
+        if self._renew_error is not None:
+            raise self._renew_error
+
+    async def close(self) -> None:
+        if self.close_error is not None:
+            raise self.close_error
+        await self._inner.close()
+
+    async def abort(self) -> None:
+        self.aborted = True
+        await self._inner.abort()
+
+
+async def _writer_on(handle_factory: Any, **kwargs: Any) -> tuple[Any, Any]:
+    from dsh_agent_loop.session.log import Session
+    from dsh_agent_loop.session.writer import SessionWriter
+
+    header = {"session_id": "s-1", "agent_id": "a", "created_at": "2026-01-01T00:00:00Z"}
+    handle = handle_factory(await MemoryStore().create(header))
+    session = Session(header, clock=trio.current_time)
+    return handle, SessionWriter(session, handle, **kwargs)
+
+
+async def test_an_unexpected_renew_error_fails_the_session_not_the_nursery(autojump_clock):
+    from dsh_agent_loop._frozen import FrozenDict
+    from dsh_agent_loop.events import TURN_START
+
+    bug = KeyError("lease row")
+    handle, writer = await _writer_on(lambda h: _ScriptedHandle(h, renew=bug))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        await trio.sleep(1.5)  # past lease_ttl / 3: the writer renewed, and the renew raised
+        assert isinstance(writer.failure, StoreError)
+        assert writer.failure.code == "STORE_FAILED"
+        assert writer.failure.__cause__ is bug
+        writer.session.add(TURN_START, FrozenDict(turn=1))
+        with pytest.raises(StoreError, match="KeyError") as raised:
+            await writer.flush()
+        assert raised.value is writer.failure
+        await writer.aclose()
+    assert handle.aborted  # a failed session's handle is aborted, not closed
+    assert writer.statistics().failed
+
+
+async def test_an_unexpected_close_error_is_reported_not_raised_into_the_nursery(autojump_clock):
+    from dsh_agent_loop._frozen import FrozenDict
+    from dsh_agent_loop.events import TURN_START
+
+    handle, writer = await _writer_on(_ScriptedHandle)
+    handle._renew_error = None
+    bug = AttributeError("half-closed connection")
+    handle.close_error = bug
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        writer.session.add(TURN_START, FrozenDict(turn=1))
+        await writer.flush()
+        await writer.aclose()
+    assert writer.stopped
+    assert isinstance(writer.failure, StoreError)
+    assert writer.failure.__cause__ is bug
+    writer.session.add(TURN_START, FrozenDict(turn=2))
+    with pytest.raises(StoreError, match="AttributeError: half-closed connection"):
+        await writer.flush()
+
+
+async def test_a_raising_commit_callback_fails_the_session_not_the_nursery(autojump_clock):
+    from dsh_agent_loop._frozen import FrozenDict
+    from dsh_agent_loop.events import TURN_START
+
+    def publish(batch: Any) -> None:
+        raise RuntimeError("publisher bug")
+
+    _, writer = await _writer_on(lambda h: h, on_commit=publish)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        writer.session.add(TURN_START, FrozenDict(turn=1))
+        await writer.flush()  # committed: the barrier is released before publishing
+        writer.session.add(TURN_START, FrozenDict(turn=2))
+        with pytest.raises(StoreError, match="RuntimeError: publisher bug"):
+            await writer.flush()
+        await writer.aclose()
+    assert writer.statistics().committed_seq == 0

@@ -15,6 +15,12 @@ Results are appended strictly in model order as they become ready, whatever the 
 order. On cancel or failure, ``close_remaining`` (synchronous) settles every call: dispatched
 ones without a result get ``ABORTED`` (or ``ABORTED_BEFORE_DISPATCH`` if their handler never
 started); calls never dispatched get a ``tool/call`` and ``ABORTED_BEFORE_DISPATCH``.
+
+One call's bad outcome is that call's result, never the batch's or the agent's end: a handler
+raising an ``Exception`` (even one whose ``str()`` fails) is ``TOOL_ERROR``, and a returned value
+the log cannot hold is replaced or escaped by ``tools.results.checked_result``. A
+``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``,
+cancellation) is not an answer: it propagates, as trio expects.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from ..tools.base import (
     parse_arguments,
 )
 from ..tools.pipeline import ABORTED_BEFORE_DISPATCH_TEXT, ABORTED_TEXT, Deny
+from ..tools.results import checked_result, escape_surrogates, exception_text
 
 if TYPE_CHECKING:
     from ..hooks import HookChain
@@ -233,7 +240,8 @@ class ToolBatch:
 
     def _reject(self, call: _Call, code: str, text: str) -> None:
         self._append_call(call)
-        call.finish(ToolResult(content=text, error=code), _ERROR_NAMES[code])
+        # The text may echo model output or a policy's reason: keep it encodable.
+        call.finish(ToolResult(content=escape_surrogates(text), error=code), _ERROR_NAMES[code])
         self._commit_ready()
 
     def _dispatch(self, call: _Call) -> None:
@@ -277,7 +285,7 @@ class ToolBatch:
                 except Exception as exc:  # a raising tool is a result the model reads
                     result, error_name = _raised(exc)
                 else:
-                    result = _handler_value(value)
+                    result, error_name = checked_result(value)
         finally:
             self.in_flight -= 1
             if held_slot and self._limiter is not None:
@@ -347,8 +355,12 @@ class ToolBatch:
             )
             if not isinstance(value, ToolResult):
                 raise TypeError("tools/post-execute must return a ToolResult")
+        # What middleware made of the result is checked like a handler's value.
+        checked, invalid = checked_result(value)
+        if invalid is not None:
+            return checked, invalid
         error_name = failed[-1] if failed and value.error == "TOOL_ERROR" else None
-        return value, error_name
+        return checked, error_name
 
     # -- commits ----------------------------------------------------------------------------
     def _commit_ready(self) -> None:
@@ -425,17 +437,16 @@ async def _call_handler(
         value = await tool.handler(arguments, context)
     except Exception as exc:  # a raising tool is a result the model reads
         return _raised(exc)
-    return _handler_value(value), None
+    return checked_result(value)
 
 
 def _raised(exc: Exception) -> tuple[ToolResult, str]:
-    """The ``TOOL_ERROR`` result of a handler that raised, and the exception's name."""
-    name = type(exc).__name__
-    return ToolResult(f"Error: {name}: {exc}", error="TOOL_ERROR"), name
+    """The ``TOOL_ERROR`` result of a handler that raised, and the exception's name.
 
-
-def _handler_value(value: Any) -> ToolResult | str:
-    """A handler's return value as a result (a plain string stays a string)."""
-    if type(value) is str or isinstance(value, ToolResult):
-        return value
-    return ToolResult(content=str(value))
+    Only ``Exception`` is a result: ``KeyboardInterrupt``, ``SystemExit``, ``trio.Cancelled`` and
+    other ``BaseException``s are not the tool's answer and propagate, as trio expects.
+    """
+    return (
+        ToolResult(f"Error: {exception_text(exc)}", error="TOOL_ERROR"),
+        escape_surrogates(type(exc).__name__),
+    )

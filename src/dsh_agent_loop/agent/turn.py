@@ -43,6 +43,7 @@ from ..llm.assemble import FOLD_CHUNK, Assembler
 from ..llm.base import Failure, Finish, ModelError, ModelRequest, PreparedCall, make_request
 from ..session.projections import NEXT_STEP, NEXT_TURN
 from ..tools.base import Tool
+from ..tools.results import escape_surrogates, exception_text
 from .inbox import user_message
 from .prompt import PromptAssembly, PromptSection, reconcile, render, system_message
 from .request import (
@@ -169,7 +170,11 @@ def _error_reason(agent: Agent, st: TurnState, exc: BaseException) -> FrozenDict
         code = exc.code
     else:
         code = "HOOK_FAILED"
-    message = str(exc) or type(exc).__name__
+    try:
+        message = str(exc)
+    except Exception:  # a __str__ that raises (or returns a non-str) still names the type
+        message = ""
+    message = escape_surrogates(message or type(exc).__name__)
     if not isinstance(exc, AgentLoopError):
         message = f"{type(exc).__name__}: {message}"
     error = FrozenDict(code=code, message=message)
@@ -271,9 +276,9 @@ async def _turn_body(agent: Agent, st: TurnState, claimed: tuple[FrozenDict, ...
             raise TurnFailed(
                 "a tool call was cut by the output-token cap", code="TRUNCATED_TOOL_CALL"
             )
-        if not st.continues and not agent.inbox.next_step:
+        if not st.continues and not agent.log.inbox.lists[NEXT_STEP]:
             await agent.hooks.serial(HOOK_TURN_STOPPING, {"agent": agent, "turn": st.turn})
-            if not agent.inbox.next_step:
+            if not agent.log.inbox.lists[NEXT_STEP]:
                 return _MAX_TOKENS if st.max_tokens else _COMPLETED
         entering = agent.inbox.claim(NEXT_STEP) if agent.log.inbox.lists[NEXT_STEP] else ()
 
@@ -437,6 +442,9 @@ async def _run_step(
         if st.budget is not None:
             await _check_tool_budget(agent, st, len(calls))
         await batch.run()
+        # A handler's cleanup may have replaced its Cancelled with another exception (a
+        # TOOL_ERROR result now): a cancelled turn still stops here, before another request.
+        await trio.lowlevel.checkpoint_if_cancelled()
         st.tool_calls += len(calls)
         st.batch = None
         st.continues = not batch.concludes_turn
@@ -639,7 +647,7 @@ async def _stream(
         failure = exc.failure
         await _close_stream(stream)
     except Exception as exc:  # an adapter bug is a coded failure, not a crashed loop
-        failure = Failure("PROVIDER_ERROR", f"{type(exc).__name__}: {exc}")
+        failure = Failure("PROVIDER_ERROR", exception_text(exc))
         await _close_stream(stream)
     except BaseException:
         await _close_stream(stream)

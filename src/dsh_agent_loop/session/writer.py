@@ -4,7 +4,9 @@ Design rule (RELIABILITY.md): never acknowledge before commit. ``Session.append`
 events and notes it here; the task group-commits everything queued (``append`` + ``flush`` on the
 handle), then acknowledges the flush barriers the commit covered, then publishes the committed
 events. Flush callers wait on the barrier; if the store fails, every waiting and later flush
-raises the failure (the agent stops; nothing is reported durable that is not).
+raises the failure (the agent stops; nothing is reported durable that is not). Any exception a
+handle raises counts, not only ``StoreError``: a driver error or a bug in a store becomes this
+session's ``STORE_FAILED`` (its cause chained) and never escapes into the runtime's nursery.
 
 Group commit: appended events wait for a flush barrier, a batch of ``batch_limit`` events, or
 about ``commit_delay`` seconds, whichever comes first, so a step's events share one commit and a
@@ -31,7 +33,7 @@ from ..events import Event
 from .log import Session
 from .store import WriteHandle
 
-__all__ = ["CommitTimer", "SessionWriter", "WriterStatistics"]
+__all__ = ["CommitTimer", "SessionWriter", "WriterStatistics", "as_store_error"]
 
 #: Seconds a shutdown may spend committing what is left before the handle drops it.
 CLOSE_TIMEOUT = 10.0
@@ -39,6 +41,25 @@ CLOSE_TIMEOUT = 10.0
 COMMIT_DELAY = 0.05
 #: Pending events that trigger a commit without waiting for a barrier.
 BATCH_LIMIT = 512
+
+
+def as_store_error(exc: BaseException) -> StoreError:
+    """``exc`` as this session's store failure: a ``StoreError`` as is, anything else wrapped.
+
+    Whatever a handle raises — an ``OSError``, a driver's error, a bug in a store — stops this
+    session only (SPEC §14): it becomes a ``StoreError`` with code ``STORE_FAILED`` whose cause
+    is the original exception.
+    """
+    if isinstance(exc, StoreError):
+        return exc
+    message = f"session store failed: {type(exc).__name__}"
+    try:
+        text = str(exc)
+    except Exception:  # an exception whose str() fails still names its type
+        text = ""
+    error = StoreError(f"{message}: {text}" if text else message)
+    error.__cause__ = exc
+    return error
 
 
 @attrs.frozen
@@ -145,7 +166,7 @@ class SessionWriter:
         self._handed_seq = session.last_seq - len(session._pending)
         self._committed_seq = durable_seq
         self._commit_done: trio.Event | None = None
-        self._failure: BaseException | None = None
+        self._failure: StoreError | None = None
         self._stopped = Latch()
         session.on_append = self.wake
         session.wake_limit = batch_limit
@@ -187,7 +208,7 @@ class SessionWriter:
         target = self.session.last_seq
         while self._committed_seq < target:
             if self._failure is not None:
-                raise self._failure_error()
+                raise self._failure
             if self._stopped.is_set():
                 raise StoreError("the session writer is closed")
             done = self._commit_done
@@ -197,17 +218,9 @@ class SessionWriter:
             await done.wait()
 
     @property
-    def failure(self) -> BaseException | None:
+    def failure(self) -> StoreError | None:
         """The store failure that stopped this writer, if any."""
         return self._failure
-
-    def _failure_error(self) -> StoreError:
-        failure = self._failure
-        if isinstance(failure, StoreError):
-            return failure
-        error = StoreError(f"session store failed: {failure!r}")
-        error.__cause__ = failure
-        return error
 
     def statistics(self) -> WriterStatistics:
         """A snapshot of the writer's counters."""
@@ -227,39 +240,46 @@ class SessionWriter:
         if self._dirty and self._timer is not None:
             self._timer.note(self)  # the seed written at create/resume commits without a barrier
         ttl = self.handle.lease_ttl
-        next_renew = trio.current_time() + ttl / 3 if ttl is not None else math.inf
         task_status.started()
         try:
             if ttl is None and self._timer is not None:
                 await self._run_untimed()
-            while not self._closing:
-                with trio.CancelScope() as idle:
-                    deadline = next_renew
-                    if self._dirty:
-                        deadline = min(deadline, trio.current_time() + self._commit_delay)
-                    idle.deadline = deadline
-                    self._idle_scope = idle
-                    while not (self._flush_requested or self._closing):
-                        await self._lot.park()
-                self._idle_scope = None
-                if self._dirty and self._failure is None:
-                    await self._commit()
-                if ttl is not None and trio.current_time() >= next_renew:
-                    next_renew = trio.current_time() + ttl / 3
-                    await self._renew()
+            await self._run_timed(ttl)
+        except Exception as exc:  # a bug here stops this session, never the runtime's nursery
+            if self._failure is None:
+                self._fail(exc)
         finally:
             self._idle_scope = None
             try:
                 with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
                     await self._final_commit_and_close()
-            except (StoreError, OSError) as exc:
+            except Exception as exc:  # reported by whoever closes the writer
                 if self._failure is None:
-                    self._failure = exc  # reported by whoever closes the writer
+                    self._failure = as_store_error(exc)
             finally:
                 if self._timer is not None:
                     self._timer.forget(self)
                 self._stopped.set()
                 self._release_waiters()
+
+    async def _run_timed(self, ttl: float | None) -> None:
+        # Keeps its own commit deadline (no runtime timer) and renews a lease if there is one.
+        next_renew = trio.current_time() + ttl / 3 if ttl is not None else math.inf
+        while not self._closing:
+            with trio.CancelScope() as idle:
+                deadline = next_renew
+                if self._dirty:
+                    deadline = min(deadline, trio.current_time() + self._commit_delay)
+                idle.deadline = deadline
+                self._idle_scope = idle
+                while not (self._flush_requested or self._closing):
+                    await self._lot.park()
+            self._idle_scope = None
+            if self._dirty and self._failure is None:
+                await self._commit()
+            if ttl is not None and trio.current_time() >= next_renew:
+                next_renew = trio.current_time() + ttl / 3
+                await self._renew()
 
     async def _run_untimed(self) -> None:
         # The common case: no lease to renew, and the runtime's timer keeps the commit delay.
@@ -275,7 +295,7 @@ class SessionWriter:
             return
         try:
             await self.handle.renew()
-        except (StoreError, OSError) as exc:
+        except Exception as exc:  # any failure of the handle is this session's failure
             self._fail(exc)
 
     async def _commit(self) -> None:
@@ -290,7 +310,7 @@ class SessionWriter:
                     await self.handle.append(batch)
                     self._handed_seq = batch[-1].seq  # type: ignore[assignment]
                 await self.handle.flush()
-            except (StoreError, OSError) as exc:
+            except Exception as exc:  # any failure of the handle is this session's failure
                 self._fail(exc)
                 return
             self._events_committed += self._handed_seq - self._committed_seq
@@ -300,8 +320,8 @@ class SessionWriter:
         if batch and self._on_commit is not None:
             self._on_commit(batch)
 
-    def _fail(self, exc: BaseException) -> None:
-        self._failure = exc
+    def _fail(self, exc: Exception) -> None:
+        self._failure = as_store_error(exc)
         self._release_waiters()
 
     def _release_waiters(self) -> None:

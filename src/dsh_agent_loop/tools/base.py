@@ -17,7 +17,7 @@ import json.scanner
 import re
 import types
 import typing
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, final, overload
 
 import attrs
@@ -27,6 +27,7 @@ from .._frozen import FrozenDict, freeze
 
 __all__ = [
     "ArgumentsError",
+    "InvalidToolResult",
     "Tool",
     "ToolContext",
     "ToolResult",
@@ -39,6 +40,10 @@ ExecutionMode = Literal["parallel", "exclusive"]
 MAX_ECHO = 2_000
 
 
+def _as_tuple(texts: Iterable[str]) -> tuple[str, ...]:
+    return texts if type(texts) is tuple else tuple(texts)
+
+
 @attrs.frozen
 class ToolResult:
     """What a tool returns (a plain ``str`` return is ``ToolResult(content=...)``)."""
@@ -49,7 +54,7 @@ class ToolResult:
     """An error code (``TOOL_ERROR``, ``DENIED``, ...) when the call failed."""
     concludes_turn: bool = False
     """End the turn after this step instead of asking the model again."""
-    additional_contexts: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    additional_contexts: tuple[str, ...] = attrs.field(default=(), converter=_as_tuple)
     """Texts injected into the agent's ``next-step`` inbox, in order."""
     meta: Mapping[str, Any] | None = None
     """JSON-compatible data logged with the result (not shown to the model)."""
@@ -94,6 +99,10 @@ Handler = Callable[[Mapping[str, Any], ToolContext], Awaitable["ToolResult | str
 
 class ArgumentsError(ValueError):
     """Raw arguments are not valid JSON, not an object, or violate the schema."""
+
+
+class InvalidToolResult(TypeError):
+    """A tool returned what cannot be a result (the call's ``TOOL_ERROR``, never the agent's)."""
 
 
 def _validator(schema: Mapping[str, Any]) -> Callable[[Any], Any]:
@@ -284,7 +293,12 @@ def _from_function(
             result = await fn(**kwargs)
         if type(result) is str or isinstance(result, ToolResult):
             return result
-        return json.dumps(result, ensure_ascii=False, default=str)
+        try:  # strict JSON: no NaN, and no str() of what JSON cannot hold
+            return json.dumps(result, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidToolResult(
+                f"the tool returned {type(result).__name__}, which is not JSON ({exc})"
+            ) from None
 
     return Tool(
         name=name or fn.__name__,
@@ -321,7 +335,8 @@ def tool(
 
     Use bare (``@tool``) or with options (``@tool(execution_mode="exclusive")``). A parameter
     annotated ``ToolContext`` receives the call's context and is not part of the schema. A
-    non-string, non-``ToolResult`` return value is sent to the model as JSON.
+    non-string, non-``ToolResult`` return value is sent to the model as JSON; one that JSON
+    cannot hold (bytes, a set, an object, NaN) is the call's ``TOOL_ERROR``.
     """
 
     def wrap(f: Callable[..., Awaitable[Any]]) -> Tool:
