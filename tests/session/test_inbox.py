@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import gc
+import time
+from typing import Any
+
 import pytest
+import trio
+import trio.lowlevel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh_agent_loop import Event
+from dsh_agent_loop import AgentOptions, Event, MemoryStore, Reply, ScriptedModel, open_runtime
+from dsh_agent_loop._frozen import FrozenDict
 from dsh_agent_loop.agent.inbox import Inbox, user_message
 from dsh_agent_loop.session.log import Session
-from dsh_agent_loop.session.projections import InboxProjection, InvalidSpliceError
+from dsh_agent_loop.session.projections import InboxProjection, InvalidSpliceError, PendingList
 
 
 def new_inbox():
@@ -286,3 +293,281 @@ def test_random_splices_match_a_model_and_replay(ops):
     rebuilt = Session({"session_id": "s"}, clock=lambda: 0.0, events=session.events)
     assert rebuilt.inbox.lists == session.inbox.lists
     assert rebuilt.inbox.max_id == session.inbox.max_id
+
+
+# -- bigger queues: the id index and the claimed-prefix compaction -------------------------------
+
+bulk_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("fill"), targets, st.integers(1, 40)),
+        st.tuples(st.just("claim"), targets, st.one_of(st.none(), st.integers(0, 45))),
+        st.tuples(st.just("remove"), st.integers(0, 200)),
+        st.tuples(st.just("edit"), st.integers(0, 200)),
+        st.tuples(st.just("duplicate"), st.integers(0, 200)),
+        st.tuples(st.just("insert"), targets, st.integers(-50, 50)),
+        st.tuples(st.just("clear")),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(bulk_operations)
+def test_long_queues_match_a_model_and_replay(ops):
+    """Past the index threshold and the compaction point the fold still matches a plain list."""
+    session, inbox, _ = new_inbox()
+    model = {"next-turn": [], "next-step": []}
+    for op in ops:
+        kind = op[0]
+        present = model["next-turn"] + model["next-step"]
+        if kind == "fill":
+            _, target, k = op
+            model[target].extend(inbox.insert("x", target) for _ in range(k))
+        elif kind == "claim":
+            _, target, count = op
+            n = len(model[target]) if count is None else min(count, len(model[target]))
+            assert [m["id"] for m in inbox.claim(target, count)] == model[target][:n]
+            del model[target][:n]
+        elif kind == "insert":
+            _, target, index = op
+            lst = model[target]
+            lst.insert(
+                slice(index, index).indices(len(lst))[0], inbox.insert("y", target, index=index)
+            )
+        elif kind == "clear":
+            inbox.clear()
+            model["next-turn"].clear()
+            model["next-step"].clear()
+        elif present:
+            chosen = present[op[1] % len(present)]
+            if kind == "remove":
+                assert inbox.remove(chosen) is True
+                for lst in model.values():
+                    if chosen in lst:
+                        lst.remove(chosen)
+            elif kind == "edit":
+                inbox.edit(chosen, "edited")
+            else:
+                with pytest.raises(ValueError, match=f'message "{chosen}" is already pending'):
+                    inbox.insert("again", "next-step", message_id=chosen)
+        assert ids(inbox, "next-turn") == model["next-turn"]
+        assert ids(inbox, "next-step") == model["next-step"]
+        assert len(inbox) == len(model["next-turn"]) + len(model["next-step"])
+        assert session.inbox.ids() == {*model["next-turn"], *model["next-step"]}
+        assert inbox.find("m-0") is None
+    rebuilt = Session({"session_id": "s"}, clock=lambda: 0.0, events=session.events)
+    assert rebuilt.inbox.lists == session.inbox.lists
+    assert rebuilt.inbox.max_id == session.inbox.max_id
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 60), st.integers(0, 60), st.integers(0, 40)),
+        max_size=25,
+    ),
+    st.integers(-70, 70),
+    st.integers(-70, 70),
+    st.sampled_from([None, 1, 2, -1, 3, -3]),
+)
+def test_pending_list_reads_like_a_list(splices_, start, stop, step):
+    """``PendingList`` indexes, slices, iterates and compares like the list it stands for."""
+    pending = PendingList()
+    model: list[Any] = []
+    fresh = iter(range(10**6))
+    for at, count, n_new in splices_:
+        at = min(at, len(model))
+        count = min(count, len(model) - at)
+        new = [FrozenDict(id=f"p-{next(fresh)}") for _ in range(n_new)]
+        assert pending.splice(at, count, new) == model[at : at + count]
+        model[at : at + count] = new
+        assert list(pending) == model
+        assert len(pending) == len(model)
+    assert pending[start:stop:step] == model[start:stop:step]
+    assert pending == model
+    assert pending == tuple(model)
+    assert pending != [*model, FrozenDict(id="extra")]
+    for index in (start, stop):
+        if -len(model) <= index < len(model):
+            assert pending[index] == model[index]
+        else:
+            with pytest.raises(IndexError):
+                pending[index]
+
+
+# -- cost: a splice does work for what it changes, never for the whole queue ---------------------
+
+ID_READS = [0]
+
+
+class CountedMessage(FrozenDict):
+    """A message that counts how often anything reads its fields."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: str) -> Any:
+        ID_READS[0] += 1
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        ID_READS[0] += 1
+        return super().get(key, default)
+
+
+def field_reads_per_operation(queued: int) -> dict[str, int]:
+    """Message field reads of each common operation with ``queued`` follow-ups pending."""
+    _, inbox, _ = new_inbox()
+    for i in range(queued):
+        inbox.splice("next-turn", i, i, (CountedMessage(user_message(f"q-{i}", "x")),))
+    inbox.insert("steer", "next-step")
+    reads: dict[str, int] = {}
+
+    def measure(name: str, operation: Any) -> None:
+        ID_READS[0] = 0
+        operation()
+        reads[name] = ID_READS[0]
+
+    new = CountedMessage(user_message("new", "x"))
+    measure("append", lambda: inbox.splice("next-turn", 10**9, None, (new,)))
+    measure("insert", lambda: inbox.insert("y"))
+    measure("claim one", lambda: inbox.claim("next-turn", 1))
+    measure("claim next-step", lambda: inbox.claim("next-step"))
+    measure("remove the front", lambda: inbox.remove("q-1"))
+    measure("remove a stranger", lambda: inbox.remove("nobody"))
+    measure("length", lambda: len(inbox))
+    assert len(inbox) == queued
+    return reads
+
+
+def test_splice_work_does_not_grow_with_the_queue():
+    """Regression (issue 10 item 13): each splice re-read every pending id (O(n) per splice)."""
+    small = field_reads_per_operation(1_000)
+    large = field_reads_per_operation(20_000)
+    assert large == small
+    assert max(large.values()) <= 10, large
+
+
+def test_replaying_twenty_thousand_splices_rebuilds_the_inbox():
+    """A resume folds 20,000 inserts and 10,000 claims into the same inbox, in order."""
+    session, inbox, _ = new_inbox()
+    for i in range(20_000):
+        inbox.insert(f"q{i}")
+    for _ in range(10_000):
+        inbox.claim("next-turn", 1)
+    ID_READS[0] = 0
+    rebuilt = Session({"session_id": "s"}, clock=lambda: 0.0, events=session.events)
+    assert rebuilt.inbox.lists == session.inbox.lists
+    assert [m["id"] for m in rebuilt.inbox.lists["next-turn"]] == [
+        f"m-{i}" for i in range(10_001, 20_001)
+    ]
+    assert rebuilt.inbox.max_id == 20_000
+    again = Inbox(rebuilt, lambda kind, data: None)
+    with pytest.raises(ValueError, match='message "m-20000" is already pending'):
+        again.insert("dup", message_id="m-20000")
+    assert again.insert("next") == "m-20001"
+
+
+# -- the real path: a live agent queues and drains 20,000 follow-ups ----------------------------
+
+
+class LongestStep(trio.abc.Instrument):
+    """The longest single task step in wall-clock seconds, less garbage-collector pauses.
+
+    Collector pauses scale with the whole process heap (pytest, hypothesis, 20,000 turns of
+    log), not with the inbox, so they are not counted against the step that suffered them.
+    """
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self.steps = 0
+        self._started: float | None = None
+        self._collecting = 0.0
+        self._collected = 0.0
+
+    def gc_callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._collecting = time.perf_counter()
+        else:
+            self._collected += time.perf_counter() - self._collecting
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self._started = time.perf_counter()
+        self._collected = 0.0
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if self._started is None:  # the step that installed the instrument
+            return
+        elapsed = time.perf_counter() - self._started - self._collected
+        self.longest = max(self.longest, elapsed)
+        self.steps += 1
+        self._started = None
+
+
+class measured_steps:
+    """``with measured_steps() as steps:`` installs a ``LongestStep`` for the block."""
+
+    def __enter__(self) -> LongestStep:
+        self.steps = LongestStep()
+        gc.callbacks.append(self.steps.gc_callback)
+        trio.lowlevel.add_instrument(self.steps)
+        return self.steps
+
+    def __exit__(self, *exc: object) -> None:
+        trio.lowlevel.remove_instrument(self.steps)
+        gc.callbacks.remove(self.steps.gc_callback)
+
+
+FOLLOWUPS = 20_000
+BATCH = 1_000
+OPTIONS = AgentOptions(id="main", provider="scripted", model="m")
+# Generous on purpose (shared, noisy machines): the quadratic inbox blocked for seconds; a
+# batch of 1,000 follow-ups takes milliseconds now.
+STEP_BOUND = 0.5
+
+
+def asked(events: list[Event]) -> list[str]:
+    """The text of every user message the turns admitted, in log order."""
+    return [
+        e.data["message"]["content"][0]["text"]
+        for e in events
+        if e.type == "user/message" and e.data["message"].get("source") is None
+    ]
+
+
+async def test_twenty_thousand_followups_never_block_the_loop(autojump_clock):
+    """Regression (issue 10 item 13): queueing 20,000 follow-ups blocked the loop for seconds."""
+    model = ScriptedModel([Reply.text("ok")], loop=True, record=False)
+    async with open_runtime(store=MemoryStore(), providers={"scripted": model}) as rt:
+        handle = await rt.agents.create(options=OPTIONS)
+        agent = handle.agent
+        with measured_steps() as steps:
+            for i in range(FOLLOWUPS):
+                agent.followup(f"q{i}")
+                if i % BATCH == BATCH - 1:
+                    await trio.lowlevel.checkpoint()
+            await agent.wait_idle()
+        events = agent.session.events
+        assert len(agent.inbox) == 0
+        assert asked(events) == [f"q{i}" for i in range(FOLLOWUPS)]
+        assert sum(e.type == "turn/end" for e in events) == FOLLOWUPS
+        assert steps.steps > FOLLOWUPS
+        assert steps.longest < STEP_BOUND, f"a task step took {steps.longest:.3f}s"
+
+
+async def test_a_resume_replays_twenty_thousand_queued_splices(autojump_clock):
+    """Queued work survives: 20,000 pending follow-ups are replayed on resume, then drained."""
+    model = ScriptedModel([Reply.text("ok")], loop=True, record=False)
+    async with open_runtime(store=MemoryStore(), providers={"scripted": model}) as rt:
+        handle = await rt.agents.create(options=OPTIONS)
+        session_id = handle.agent.session_id
+        for i in range(FOLLOWUPS):
+            handle.agent.send(f"q{i}", wake=False)
+        await handle.dispose()
+        with measured_steps() as steps:
+            again = await rt.agents.resume(session_id, options=OPTIONS)
+            assert len(again.agent.inbox) == FOLLOWUPS
+            await again.agent.wait_idle()
+        events = again.agent.session.events
+        assert len(again.agent.inbox) == 0
+        assert asked(events) == [f"q{i}" for i in range(FOLLOWUPS)]
+        assert steps.longest < STEP_BOUND, f"a task step took {steps.longest:.3f}s"

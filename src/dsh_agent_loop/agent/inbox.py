@@ -9,13 +9,13 @@ the ``inserted`` / ``claimed`` / ``discarded`` notifications.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Literal
 
 from .._frozen import FrozenDict, freeze
 from ..events import INBOX_CLAIMED, INBOX_DISCARDED, INBOX_INSERTED, INBOX_SPLICED
 from ..session.log import Session
-from ..session.projections import NEXT_STEP, NEXT_TURN
+from ..session.projections import NEXT_STEP, NEXT_TURN, PendingList
 
 __all__ = ["Inbox", "MessageInput", "Target", "user_message"]
 
@@ -68,16 +68,17 @@ class Inbox:
         return self.pending(NEXT_STEP)
 
     def __len__(self) -> int:
-        lists = self._session.inbox.lists
-        return len(lists[NEXT_TURN]) + len(lists[NEXT_STEP])
+        return len(self._session.inbox)
 
-    def _list(self, target: str) -> list[FrozenDict]:
+    def _list(self, target: str) -> PendingList:
         if target not in _TARGETS:
             raise ValueError(f"unknown inbox target {target!r} (use 'next-turn' or 'next-step')")
         return self._session.inbox.lists[target]
 
     def find(self, message_id: str) -> tuple[Target, int] | None:
         """Where message ``message_id`` is pending, or None."""
+        if not self._session.inbox.has_id(message_id):
+            return None
         for target in _TARGETS:
             for i, message in enumerate(self._session.inbox.lists[target]):
                 if message["id"] == message_id:
@@ -107,16 +108,21 @@ class Inbox:
         """
         items = self._list(target)
         begin, end, _ = slice(start, stop).indices(len(items))
-        end = max(begin, end)
-        removed = items[begin:end]
-        pending = {m["id"] for lst in self._session.inbox.lists.values() for m in lst}
-        pending.difference_update(m["id"] for m in removed)
-        for message in inserted:
-            if message["id"] in pending:
-                raise ValueError(f'message "{message["id"]}" is already pending')
-            pending.add(message["id"])
-        if not removed and not inserted:
+        removed = items[begin:end] if end > begin else []
+        if inserted:
+            self._check_new_ids(removed, inserted)
+        elif not removed:
             return
+        self._apply(target, begin, removed, inserted, outcome)
+
+    def _apply(
+        self,
+        target: Target,
+        begin: int,
+        removed: Sequence[FrozenDict],
+        inserted: Sequence[FrozenDict],
+        outcome: Literal["canceled"] | None,
+    ) -> None:
         data: dict[str, Any] = {
             "target": target,
             "start": begin,
@@ -131,6 +137,22 @@ class Inbox:
             self._notify(kind, {"message": message})
         for message in inserted:
             self._notify(INBOX_INSERTED, {"message": message})
+
+    def _check_new_ids(self, removed: Sequence[FrozenDict], inserted: Sequence[FrozenDict]) -> None:
+        """Refuse an inserted id that stays pending or repeats (O(len(removed) + len(inserted)))."""
+        projection = self._session.inbox
+        if not removed and len(inserted) == 1:  # the common case: one new message
+            message_id = inserted[0]["id"]
+            if projection.has_id(message_id):
+                raise ValueError(f'message "{message_id}" is already pending')
+            return
+        freed: Collection[str] = {m["id"] for m in removed} if removed else ()
+        seen: set[str] = set()
+        for message in inserted:
+            message_id = message["id"]
+            if message_id in seen or (message_id not in freed and projection.has_id(message_id)):
+                raise ValueError(f'message "{message_id}" is already pending')
+            seen.add(message_id)
 
     def insert(
         self,
@@ -179,7 +201,7 @@ class Inbox:
     def claim(self, target: Target, count: int | None = None) -> tuple[FrozenDict, ...]:
         """Take the first ``count`` (all when None) messages of ``target`` (the loop only)."""
         items = self._list(target)
-        taken = tuple(items[: len(items) if count is None else count])
+        taken = items[:count]
         if taken:
-            self.splice(target, 0, len(taken), outcome=None)
-        return taken
+            self._apply(target, 0, taken, (), None)
+        return tuple(taken)

@@ -5,11 +5,20 @@ persisted splice whose coordinates are out of range fails with ``invalid persist
 splice at session seq N``. The loop-state fold tracks what the driver and crash repair need
 from the log alone (turn and step numbers, open turn/step, the latest request header and
 context, the runtime-context text, the message-id counter). All sans-I/O.
+
+A queue of follow-ups can hold tens of thousands of messages, so the common splices cost
+O(1) amortised per message, never O(queue length): appending is a list append; claiming from
+the front moves a head offset and compacts the list only once the dead prefix outweighs the
+live part; the id-uniqueness check reads an id index. That index is built only once more
+than a handful of messages are pending and dropped when the inbox empties, so an agent with
+a short inbox (the usual case, thousands per process) carries no extra structure.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Iterator, Sequence
+from itertools import islice
+from typing import Any, Final, final, overload
 
 from .._frozen import FrozenDict
 from ..errors import AgentLoopError
@@ -27,11 +36,23 @@ from ..events import (
 )
 from .history import message_text
 
-__all__ = ["NEXT_STEP", "NEXT_TURN", "InboxProjection", "InvalidSpliceError", "LoopState"]
+__all__ = [
+    "NEXT_STEP",
+    "NEXT_TURN",
+    "InboxProjection",
+    "InvalidSpliceError",
+    "LoopState",
+    "PendingList",
+]
 
 NEXT_TURN: Final = "next-turn"
 NEXT_STEP: Final = "next-step"
 RUNTIME_CONTEXT_SOURCE: Final = "runtime-context"
+
+_COMPACT_AT: Final = 32
+"""Claimed slots at the front of a pending list before it may be compacted."""
+_INDEX_AT: Final = 16
+"""Pending messages (both lists) above which the projection keeps an id index."""
 
 
 class InvalidSpliceError(AgentLoopError):
@@ -49,10 +70,83 @@ def _id_number(message_id: Any) -> int:
     return 0
 
 
+@final
+class PendingList(Sequence[FrozenDict]):
+    """One pending list: a read-only sequence whose front can be claimed in O(1) amortised.
+
+    Claimed messages stay in ``_items`` before ``_head`` until they outnumber the live ones
+    (the session log references them anyway), so a claim never shifts the whole list.
+    """
+
+    __slots__ = ("_head", "_items")
+
+    def __init__(self, items: Sequence[FrozenDict] = ()) -> None:
+        self._items: list[FrozenDict] = list(items)
+        self._head = 0
+
+    def __len__(self) -> int:
+        return len(self._items) - self._head
+
+    @overload
+    def __getitem__(self, index: int) -> FrozenDict: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[FrozenDict]: ...
+    def __getitem__(self, index: int | slice) -> FrozenDict | list[FrozenDict]:
+        """One message, or a list of messages for a slice (only the slice is copied)."""
+        head = self._head
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step == 1:
+                return self._items[head + start : head + max(start, stop)]
+            return [self._items[head + i] for i in range(start, stop, step)]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("pending list index out of range")
+        return self._items[head + index]
+
+    def __iter__(self) -> Iterator[FrozenDict]:
+        return islice(self._items, self._head, None)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PendingList | list | tuple):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like list
+
+    def __repr__(self) -> str:
+        return f"PendingList({list(self)!r})"
+
+    def splice(self, start: int, count: int, inserted: Sequence[FrozenDict]) -> list[FrozenDict]:
+        """Replace ``count`` messages from ``start`` (in range) with ``inserted``; return those.
+
+        Appending costs what ``list.append`` does; removing from the front without inserting
+        moves ``_head``, and the dead prefix is dropped only when it is larger than the live
+        part, so each message is moved at most once more: O(1) amortised per message.
+        """
+        items = self._items
+        at = self._head + start
+        removed = items[at : at + count]
+        if start == 0 and count and not inserted:
+            self._head += count
+            if self._head == len(items):
+                items.clear()
+                self._head = 0
+            elif self._head >= _COMPACT_AT and 2 * self._head > len(items):
+                del items[: self._head]
+                self._head = 0
+        else:
+            items[at : at + count] = inserted
+        return removed
+
+
 class InboxProjection:
     """The two pending lists, rebuilt from splices."""
 
     __slots__ = (
+        "_index",
+        "_pending",
         "lists",
         "max_id",
     )
@@ -60,9 +154,13 @@ class InboxProjection:
     types = frozenset({INBOX_SPLICED, USER_MESSAGE})
 
     def __init__(self) -> None:
-        self.lists: dict[str, list[FrozenDict]] = {NEXT_TURN: [], NEXT_STEP: []}
+        self.lists: dict[str, PendingList] = {NEXT_TURN: PendingList(), NEXT_STEP: PendingList()}
         self.max_id = 0
         """Highest ``m-<n>`` seen, so new ids stay unique per session."""
+        self._index: dict[Any, int] | None = None
+        # Pending id -> how many pending messages carry it (1 unless a stored log broke the
+        # uniqueness rule); None while few messages are pending (a scan is cheaper then).
+        self._pending = 0  # messages pending in both lists
 
     def fold(self, event: Event) -> None:
         """Fold one splice (or note a user message id)."""
@@ -75,19 +173,63 @@ class InboxProjection:
         target = self.lists.get(str(data.get("target")))
         start, removed = data.get("start"), data.get("removed_count")
         inserted = data.get("inserted", ())
+        size = 0 if target is None else len(target)
         if (
             target is None
             or type(start) is not int
             or type(removed) is not int
-            or not 0 <= start <= len(target)
-            or not 0 <= removed <= len(target) - start
+            or not 0 <= start <= size
+            or not 0 <= removed <= size - start
         ):
             raise InvalidSpliceError(f"invalid persisted inbox splice at session seq {event.seq}")
-        target[start : start + removed] = inserted
+        gone = target.splice(start, removed, inserted)
         for message in inserted:
             n = _id_number(message.get("id"))
             if n > self.max_id:
                 self.max_id = n
+        self._pending += len(inserted) - removed
+        self._reindex(gone, inserted)
+
+    def _reindex(self, gone: list[FrozenDict], inserted: Sequence[FrozenDict]) -> None:
+        index = self._index
+        pending = self._pending
+        if index is None:
+            if pending > _INDEX_AT:
+                index = self._index = {}
+                for lst in self.lists.values():
+                    for message in lst:
+                        key = message.get("id")
+                        index[key] = index.get(key, 0) + 1
+            return
+        if not pending:
+            self._index = None
+            return
+        for message in gone:
+            key = message.get("id")
+            left = index[key] - 1
+            if left:
+                index[key] = left
+            else:
+                del index[key]
+        for message in inserted:
+            key = message.get("id")
+            index[key] = index.get(key, 0) + 1
+
+    def __len__(self) -> int:
+        """Messages pending in both lists."""
+        return self._pending
+
+    def has_id(self, message_id: str) -> bool:
+        """True when a message with this id is pending in either list."""
+        if not self._pending:
+            return False
+        if self._index is not None:
+            return message_id in self._index
+        for pending in self.lists.values():
+            for message in pending:
+                if message.get("id") == message_id:
+                    return True
+        return False
 
     def ids(self) -> set[str]:
         """Ids pending in either list."""
