@@ -195,3 +195,12 @@ def test_store_names_are_importable_from_their_places():
     )
     assert callable(SqliteStore)
     assert callable(JsonlStore)
+
+
+def test_agent_closed_error_is_a_root_export():
+    import dsh_agent_loop
+    from dsh_agent_loop import AgentClosedError, AgentLoopError
+
+    assert "AgentClosedError" in dsh_agent_loop.__all__
+    assert issubclass(AgentClosedError, AgentLoopError)
+    assert AgentClosedError("closed").code == "AGENT_CLOSED"

@@ -21,6 +21,7 @@ from .agent.request import Retry as Retry
 from .config import RuntimeConfig as RuntimeConfig
 from .config import load_config as load_config
 from .errors import AgentAlreadyExistsError as AgentAlreadyExistsError
+from .errors import AgentClosedError as AgentClosedError
 from .errors import AgentLoopError as AgentLoopError
 from .errors import ConfigError as ConfigError
 from .errors import InvalidOptionError as InvalidOptionError
@@ -54,6 +55,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent",
     "AgentAlreadyExistsError",
+    "AgentClosedError",
     "AgentHandle",
     "AgentLoopError",
     "AgentOptions",

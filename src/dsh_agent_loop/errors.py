@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "AgentAlreadyExistsError",
+    "AgentClosedError",
     "AgentLoopError",
     "ConfigError",
     "InvalidOptionError",
@@ -48,6 +49,12 @@ class AgentAlreadyExistsError(AgentLoopError):
     """An agent with this id is already live in the runtime."""
 
     code = "AGENT_ALREADY_EXISTS"
+
+
+class AgentClosedError(AgentLoopError):
+    """The agent is disposed (or being disposed): it takes no more messages."""
+
+    code = "AGENT_CLOSED"
 
 
 class StoreError(AgentLoopError):

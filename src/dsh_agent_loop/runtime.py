@@ -1,12 +1,21 @@
 """``open_runtime``: composes store, router, tools, hooks and settings; owns the root nursery.
 
-Every agent driver and session writer runs in the runtime's root nursery.
+Shutdown order is the design here. The runtime's root nursery holds the agent drivers (in a
+nursery of their own) and one writer host, whose nursery runs the session writers and the
+group-commit timer inside a shielded cancel scope. A cancel from outside the block — the scope
+around it, or the caller's nursery — reaches the body and the drivers at once, never the
+writers: a cancelled turn appends its closers (interrupted anchor, synthetic tool results,
+``step/end``, ``turn/end {aborted}``) and flushes them, shielded and bounded, to a writer that
+is still there. Only when every agent is disposed (each writer closed after its driver ended)
+and the drivers' nursery is done is the writer host cancelled, then the providers' clients and
+the store are closed. Every wait of that path is bounded, so a hung store cannot hang it.
 
 The runtime never outlives its ``async with`` block. Leaving it disposes every agent (each turn
-ends ``aborted {cause: disposed}``, each session writer flushes and releases ownership), closes
-the providers' HTTP clients and the store, then cancels what is left. An exception raised by the
-body leaves the block as it was raised when it is the only failure; with runtime failures beside
-it, an exception group holds them all.
+ends ``aborted {cause: disposed}``, each session writer flushes and releases ownership). An
+exception raised by the body leaves the block as it was raised when it is the only failure; with
+runtime failures beside it, an exception group holds them all. Cancellations are not failures: a
+cancelled block leaves with a plain ``trio.Cancelled`` (never one wrapped in an exception group),
+so the cancel scope that caused it catches it.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, final
 
 import attrs
 import trio
@@ -24,9 +33,9 @@ from .agent.driver import Services
 from .agent.lifecycle import Agents
 from .agent.options import AgentOptions, TurnBudget
 from .config import RuntimeConfig, Settings, load_config
-from .errors import AgentLoopError
+from .errors import AgentLoopError, ConfigError
 from .events import CONFIG_START_FAILED, make_event
-from .hooks import HookBus
+from .hooks import HookBus, call_observer
 from .llm.base import ModelAdapter
 from .llm.router import ModelRouter
 from .session.store import SessionStore
@@ -55,6 +64,7 @@ class Runtime:
         self,
         *,
         nursery: trio.Nursery,
+        writer_nursery: trio.Nursery | None = None,
         store: SessionStore,
         router: ModelRouter,
         tools: Mapping[str, Tool],
@@ -91,6 +101,7 @@ class Runtime:
             services=self._services,
             hooks=self.hooks,
             nursery=nursery,
+            writer_nursery=writer_nursery,
             timer=self.commit_timer,
         )
 
@@ -127,15 +138,43 @@ class Runtime:
                         _frozen({"agent_id": entry.id, "error": exc}),
                     )
                     for fn in self.hooks._fns("on", CONFIG_START_FAILED):
-                        fn(event)
+                        call_observer(fn, CONFIG_START_FAILED, event)
 
-    async def _shutdown(self) -> None:
+    async def _dispose_agents(self) -> None:
         with trio.move_on_after(SHUTDOWN_TIMEOUT):
             await self.agents.dispose_all()
+
+
+@final
+class _WriterHost:
+    """Hosts the session writers in a nursery that cancellation of the runtime cannot reach.
+
+    Its cancel scope is shielded and cancelled only by ``aclose``, which the runtime calls after
+    every driver has ended; each writer's own final commit is bounded, so ``aclose`` is too.
+    """
+
+    __slots__ = ("_ended", "_scope")
+
+    def __init__(self) -> None:
+        self._scope = trio.CancelScope(shield=True)
+        self._ended = trio.Event()
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[trio.Nursery] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Hand out the writers' nursery, then keep it open until ``aclose``."""
         try:
-            await self.router.aclose()
+            with self._scope:
+                async with trio.open_nursery() as nursery:
+                    task_status.started(nursery)
+                    await trio.sleep_forever()
         finally:
-            await self.store.aclose()
+            self._ended.set()
+
+    async def aclose(self) -> None:
+        """Cancel whatever writer is left (their final commits run) and wait for the host."""
+        self._scope.cancel()
+        await self._ended.wait()
 
 
 def _frozen(data: dict[str, Any]) -> Any:
@@ -186,12 +225,15 @@ def _providers_from_config(config: RuntimeConfig) -> dict[str, ModelAdapter]:
 
     adapters: dict[str, ModelAdapter] = {}
     for name, provider in config.providers.items():
-        if provider.kind == "scripted":
-            adapters[name] = ScriptedModel.from_config(_plain(provider))
-        else:
-            from .llm.providers import adapter_from_config
+        try:
+            if provider.kind == "scripted":
+                adapters[name] = ScriptedModel.from_config(_plain(provider))
+            else:
+                from .llm.providers import adapter_from_config
 
-            adapters[name] = adapter_from_config(name, _plain(provider))
+                adapters[name] = adapter_from_config(name, _plain(provider))
+        except ValueError as exc:  # what load-time validation could not see: still config
+            raise ConfigError(f"{config.source}: {exc}") from exc
     return adapters
 
 
@@ -246,31 +288,73 @@ async def open_runtime(
     adapters = {**_providers_from_config(cfg), **explicit}
     router = ModelRouter(adapters)
     body_error: BaseException | None = None
+    host = _WriterHost()
     try:
-        async with trio.open_nursery() as nursery:
-            rt = Runtime(
-                nursery=nursery,
-                store=the_store,
-                router=router,
-                tools={t.name: t for t in tools},
-                settings=live_settings,
-                clock=clock or time.time,
-                rng=random.Random(seed),
-                config=cfg,
-            )
-            await nursery.start(rt.commit_timer.run)
+        async with trio.open_nursery() as root:
+            writers: trio.Nursery = await root.start(host.run)
             try:
-                await rt.start_declared_agents()
-                yield rt
-            except BaseException as exc:
-                body_error = exc
+                async with trio.open_nursery() as drivers:
+                    rt = Runtime(
+                        nursery=drivers,
+                        writer_nursery=writers,
+                        store=the_store,
+                        router=router,
+                        tools={t.name: t for t in tools},
+                        settings=live_settings,
+                        clock=clock or time.time,
+                        rng=random.Random(seed),
+                        config=cfg,
+                    )
+                    await writers.start(rt.commit_timer.run)
+                    try:
+                        await rt.start_declared_agents()
+                        yield rt
+                    except BaseException as exc:
+                        body_error = exc
+                    finally:
+                        with trio.CancelScope(shield=True):
+                            await rt._dispose_agents()
+                        drivers.cancel_scope.cancel()
             finally:
+                # Every driver has ended, its closers appended: now the writers may go.
                 with trio.CancelScope(shield=True):
-                    await rt._shutdown()
-                nursery.cancel_scope.cancel()
+                    await host.aclose()
+                    await _close(router, the_store)
     except BaseExceptionGroup as group:
-        if body_error is None:
-            raise
-        raise BaseExceptionGroup("runtime failed", [body_error, *group.exceptions]) from None
-    if body_error is not None:
-        raise body_error
+        leaving: BaseException | None = _leaving(body_error, group)
+    else:
+        leaving = body_error
+    if leaving is not None:
+        raise leaving  # outside the handler: the body's exception keeps its own context
+
+
+async def _close(router: ModelRouter, store: SessionStore) -> None:
+    try:
+        await router.aclose()
+    finally:
+        await store.aclose()
+
+
+def _leaving(body_error: BaseException | None, group: BaseExceptionGroup[Any]) -> BaseException:
+    """What leaves ``open_runtime`` when its nurseries raised ``group``.
+
+    Cancellations are not failures: when nothing else failed, a plain ``trio.Cancelled`` leaves
+    (the body's own, else the first one raised), so the cancelled scope around the block catches
+    it. The body's exception otherwise leaves beside the runtime's failures, in one group.
+    """
+    cancelled, failures = group.split(trio.Cancelled)
+    if failures is None:
+        if body_error is not None:
+            return body_error
+        assert cancelled is not None
+        return _first_leaf(cancelled)
+    if body_error is None:
+        return group
+    return BaseExceptionGroup("runtime failed", [body_error, *failures.exceptions])
+
+
+def _first_leaf(group: BaseExceptionGroup[Any]) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc

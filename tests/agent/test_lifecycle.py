@@ -9,6 +9,7 @@ import trio
 
 from dsh_agent_loop import (
     AgentAlreadyExistsError,
+    AgentClosedError,
     AgentOptions,
     InvalidOptionError,
     MemoryStore,
@@ -143,8 +144,9 @@ async def test_dispose_is_idempotent_and_concurrent_callers_share_it(autojump_cl
         assert len(disposed) == 1
         assert rt.agents.get("main") is None
         assert handle.agent.stopped
-        # a disposed agent does not wake
-        handle.agent.followup("ignored")
+        # a disposed agent takes no message (item 15: AgentClosedError, tested further below)
+        with pytest.raises(AgentClosedError):
+            handle.agent.followup("ignored")
         await trio.sleep(1)
         assert "turn/start" not in types(handle.agent.session.events)
 
@@ -420,3 +422,29 @@ async def test_a_sub_agent_records_its_parent_session(autojump_clock):
             parent_agent=child.agent,
         )
         assert explicit.agent.session.header["parent_session_id"] == child.agent.session_id
+
+
+@pytest.mark.parametrize(
+    "name", ["agent/created", "agent/session-start", "agent/disposed", "session/disposed"]
+)
+async def test_a_raising_lifecycle_observer_breaks_nothing(autojump_clock, caplog, name):
+    def broken(event):
+        raise RuntimeError(f"the observer of {event.type} broke")
+
+    async with runtime(ScriptedModel([Reply.text("fine")])) as rt:
+        rt.hooks.on(name, broken)
+        handle = await rt.agents.create(session_id="s1", options=OPTIONS)
+        assert rt.agents.get("main") is handle.agent
+        handle.agent.followup("go")
+        await handle.agent.wait_idle()
+        await handle.dispose()
+        assert rt.agents.get("main") is None
+        assert handle.agent.stopped
+        events = handle.agent.session.events
+        assert turn_ends(events) == [{"kind": "completed"}]
+        (info,) = await rt.store.list()
+        assert info.event_count == len(events)
+        # ownership was released: the session can be resumed
+        again = await rt.agents.resume("s1", options=OPTIONS)
+        assert again.agent.session.events[: len(events)] == events
+    assert f"the observer of {name} broke" in caplog.text  # logged, not lost

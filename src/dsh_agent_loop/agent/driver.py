@@ -10,6 +10,11 @@ turn is stored.
 Cancellation travels by the turn's cancel scope; the first cause wins. A wake that arrives
 while a cancelled turn winds down is latched and replayed once idle (disposal never latches),
 and a message steered during the wind-down goes to ``next-turn``.
+
+Disposal is final: from the moment it starts, ``send`` and its shorthands raise
+``AgentClosedError`` (one flag checked, nothing appended). The driver remembers its task so that
+a teardown asked for from inside the agent's own task tree (one of its tools or hooks) can be
+told apart from one it may wait for (``in_driver_tree``).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from trio_util import AsyncValue
 
 from .._frozen import FrozenDict
 from .._wakeup import Latch, Wakeup
+from ..errors import AgentClosedError
 from ..events import AGENT_STATUS, SESSION_EVENT, SESSION_FLUSH, Event, make_event
 from ..hooks import HookBus, HookChain, HookScope
 from ..session.log import Session, SessionView
@@ -117,6 +123,7 @@ class Agent:
     __slots__ = (
         "_bus",
         "_disposing",
+        "_driver_task",
         "_idle_waiters",
         "_lot",
         "_status",
@@ -178,6 +185,7 @@ class Agent:
         self.cancel_message: str | None = None
         self._winding_down = False
         self._disposing = False
+        self._driver_task: trio.lowlevel.Task | None = None
         self._stopped = Latch()
         self._subscribers: list[_Subscriber] = []
         self.writer: SessionWriter | None = None
@@ -220,8 +228,11 @@ class Agent:
         """Queue ``message`` in ``target`` (and wake the driver); returns the message id.
 
         Raises:
+            AgentClosedError: the agent is disposed or being disposed (nothing was queued).
             ValueError: ``message_id`` is already pending.
         """
+        if self._disposing:
+            raise AgentClosedError(f"agent {self.id!r} is disposed; it takes no more messages")
         if target == NEXT_STEP and self._winding_down:
             target = NEXT_TURN
         new_id = self.inbox.insert(message, target, message_id=message_id)
@@ -230,15 +241,15 @@ class Agent:
         return new_id
 
     def followup(self, message: MessageInput, *, message_id: str | None = None) -> str:
-        """Queue a prompt for the next turn and wake the driver."""
+        """Queue a prompt for the next turn and wake the driver (see ``send``)."""
         return self.send(message, NEXT_TURN, True, message_id=message_id)
 
     def steer(self, message: MessageInput, *, message_id: str | None = None) -> str:
-        """Queue guidance for the next step and wake the driver."""
+        """Queue guidance for the next step and wake the driver (see ``send``)."""
         return self.send(message, NEXT_STEP, True, message_id=message_id)
 
     def inject(self, message: MessageInput, *, message_id: str | None = None) -> str:
-        """Queue context for the next step without waking the driver."""
+        """Queue context for the next step without waking the driver (see ``send``)."""
         return self.send(message, NEXT_STEP, False, message_id=message_id)
 
     def _wake(self) -> None:
@@ -366,8 +377,9 @@ class Agent:
         """The driver actor: run turns while there is work, until disposed."""
         from .turn import run_turn
 
+        self._driver_task = trio.lowlevel.current_task()
         if self.on_driver_start is not None:
-            self.on_driver_start(self, trio.lowlevel.current_task())
+            self.on_driver_start(self, self._driver_task)
         task_status.started()
         try:
             while True:
@@ -397,12 +409,41 @@ class Agent:
         """Called by the turn machine once ``turn/end`` is appended."""
         self._turn_scope = None
 
-    async def stop(self, cause: str = "disposed") -> None:
-        """Cancel the running turn (keeping the inbox), stop the driver, and wait for it."""
+    def begin_stop(self, cause: str = "disposed") -> None:
+        """Cancel the running turn (keeping the inbox) and tell the driver to end; never waits.
+
+        From here on the agent takes no messages (``AgentClosedError``).
+        """
         self.cancel(cause, keep_inbox=True)
         self._disposing = True
         self._lot.fire()
+
+    async def stop(self, cause: str = "disposed") -> None:
+        """``begin_stop``, then wait for the driver task to end."""
+        self.begin_stop(cause)
         await self._stopped.wait()
+
+    @property
+    def closed(self) -> bool:
+        """True once disposal has begun (the agent takes no more messages)."""
+        return self._disposing
+
+    def in_driver_tree(self) -> bool:
+        """True when the calling task is this agent's driver or runs under it.
+
+        That is the turn itself, its tools and hooks, and any task they started: code that the
+        driver waits for, so it must never wait for the driver to stop.
+        """
+        driver = self._driver_task
+        if driver is None or self._stopped.is_set():
+            return False
+        task: trio.lowlevel.Task | None = trio.lowlevel.current_task()
+        while task is not None:
+            if task is driver:
+                return True
+            nursery = task.parent_nursery
+            task = nursery.parent_task if nursery is not None else None
+        return False
 
     @property
     def stopped(self) -> bool:

@@ -12,12 +12,20 @@ Resume opens the session for write, replays its log, appends the crash-repair cl
 continues on the same path. Teardown is memoised and exact: cancel (``disposed``), wait for the
 driver, close the scope, close the writer and its handle, then detach the agent and the session
 — each detach bound to the exact entry that was entered, so a stale disposer cannot remove a
-newer agent with the same id.
+newer agent with the same id. Closing the writer is bounded (``WRITER_CLOSE_TIMEOUT``), so a hung
+store cannot hang a teardown. A teardown asked for from inside the agent's own task tree (its
+tool or hook) cannot wait for the driver that waits for it: it runs in a task of the runtime's
+nursery instead (see ``AgentHandle.dispose``).
+
+Lifecycle notifications (``agent/created``, ``agent/disposed``, ...) go to ``on`` observers that
+cannot break what they observe: a raising observer is logged and ignored. The one exception is
+``session/created``, whose raising listener vetoes the creation (SPEC §13).
 """
 
 from __future__ import annotations
 
 import builtins
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -26,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .._frozen import FrozenDict
-from ..errors import AgentAlreadyExistsError, SessionNotFoundError
+from ..errors import AgentAlreadyExistsError, SessionNotFoundError, StoreError
 from ..events import (
     AGENT_CREATED,
     AGENT_DISPOSED,
@@ -37,10 +45,11 @@ from ..events import (
     Event,
     make_event,
 )
+from ..hooks import call_observer
 from ..session.log import Session
 from ..session.repair import repair_events
 from ..session.store import FORMAT_VERSION, SessionStore, WriteHandle
-from ..session.writer import CommitTimer, SessionWriter
+from ..session.writer import CLOSE_TIMEOUT, CommitTimer, SessionWriter
 from .driver import Agent, AgentScope, Services
 from .options import AgentOptions
 
@@ -50,6 +59,12 @@ if TYPE_CHECKING:
 __all__ = ["AgentHandle", "Agents"]
 
 Setup = Callable[[AgentScope, Agent], Awaitable[None]]
+
+#: Seconds a teardown waits for the session writer to commit what is left and close its handle
+#: (the writer bounds its final commit by ``CLOSE_TIMEOUT``; a commit in flight may precede it).
+WRITER_CLOSE_TIMEOUT = 2 * CLOSE_TIMEOUT
+
+_log = logging.getLogger("dsh_agent_loop.lifecycle")
 
 
 class AgentHandle:
@@ -78,15 +93,38 @@ class AgentHandle:
     async def dispose(self) -> None:
         """Tear the agent down (idempotent; concurrent callers wait for the first).
 
+        The teardown is shielded: a caller cancelled while it waits still leaves the agent fully
+        torn down. From the moment it starts the agent takes no messages (``AgentClosedError``).
+
+        Called from inside the agent's own task tree — one of its tools, one of its hooks, or a
+        task they started — the teardown cannot be awaited there: it waits for the driver, which
+        waits for that very caller. ``dispose`` then aborts the running turn (``aborted {cause:
+        disposed}``), starts the teardown in a task of the runtime's nursery and returns through a
+        checkpoint; as the caller runs inside the cancelled turn, that checkpoint normally raises
+        ``trio.Cancelled`` (a tool then ends ``ABORTED``; let it propagate). A teardown failure is
+        then logged and raised to later ``dispose()`` callers. The agent leaves ``rt.agents`` when
+        the teardown completes, shortly after the turn has ended.
+
         Raises:
             BaseExceptionGroup: several teardown steps failed (each is in the group).
         """
+        if self.agent.in_driver_tree():
+            self.agent.begin_stop("disposed")
+            if self._done is None:
+                self._done = trio.Event()
+                self._agents._start_detached_teardown(self)
+            await trio.lowlevel.checkpoint()
+            return
         if self._done is not None:
             await self._done.wait()
             if self._error is not None:
                 raise self._error
             return
         self._done = trio.Event()
+        await self._run_teardown()
+
+    async def _run_teardown(self) -> None:
+        assert self._done is not None
         try:
             with trio.CancelScope(shield=True):
                 await self._teardown()
@@ -95,6 +133,13 @@ class AgentHandle:
             raise
         finally:
             self._done.set()
+
+    async def _detached_teardown(self) -> None:
+        """The teardown of a ``dispose()`` called from the agent's own task tree."""
+        try:
+            await self._run_teardown()
+        except Exception:  # kept in _error for later dispose() callers; nobody awaits this task
+            _log.exception("disposing agent %r failed", self.agent.id)
 
     async def _teardown(self) -> None:
         errors: list[Exception] = []
@@ -119,7 +164,14 @@ class AgentHandle:
         self.agent.scope.close()
 
     async def _close_writer(self) -> None:
-        await self._writer.aclose()
+        with trio.move_on_after(WRITER_CLOSE_TIMEOUT):
+            await self._writer.aclose()
+        if not self._writer.stopped:
+            # The writer task lingers in the runtime's writer nursery until the runtime ends.
+            raise StoreError(
+                f"the session writer of agent {self.agent.id!r} did not close within"
+                f" {WRITER_CLOSE_TIMEOUT:g} s"
+            )
         if self._writer.failure is not None and self.agent.store_failure is None:
             raise self._writer.failure
 
@@ -134,14 +186,29 @@ class Agents:
         services: Services,
         hooks: HookBus,
         nursery: trio.Nursery,
+        writer_nursery: trio.Nursery | None = None,
         initiator: Agent | None = None,
         shared: dict[str, Any] | None = None,
         timer: CommitTimer | None = None,
     ) -> None:
+        """Make the registry.
+
+        Args:
+            store: Where sessions live.
+            services: What the runtime lends its agents.
+            hooks: The runtime's hook bus.
+            nursery: Runs the drivers (and teardowns asked for from inside an agent).
+            writer_nursery: Runs the session writers; it must outlive every driver, so that
+                the closers a cancelled turn appends are committed (default: ``nursery``).
+            initiator: Parent of the agents this view creates by default.
+            shared: The registries, shared with the views ``with_initiator`` makes.
+            timer: The runtime's group-commit timer.
+        """
         self._store = store
         self._services = services
         self._hooks = hooks
         self._nursery = nursery
+        self._writer_nursery = writer_nursery if writer_nursery is not None else nursery
         self._initiator = initiator
         self._timer = timer
         # The registries are shared with views made by with_initiator().
@@ -164,6 +231,7 @@ class Agents:
             services=self._services,
             hooks=self._hooks,
             nursery=self._nursery,
+            writer_nursery=self._writer_nursery,
             initiator=agent,
             shared=self._shared,
             timer=self._timer,
@@ -189,8 +257,12 @@ class Agents:
     def _emit(self, name: str, data: dict[str, Any]) -> None:
         if self._hooks.has("on", name):
             event = make_event(name, None, self._services.clock(), FrozenDict(data))
-            for fn in self._hooks._fns("on", name):
-                fn(event)
+            if name == SESSION_CREATED:
+                for fn in self._hooks._fns("on", name):
+                    fn(event)  # a raising listener vetoes the creation
+            else:
+                for fn in self._hooks._fns("on", name):
+                    call_observer(fn, name, event)
 
     # -- create / resume ----------------------------------------------------------------------
     async def create(
@@ -336,7 +408,7 @@ class Agents:
         # start_soon, not start: both actors are driven by level-triggered flags, so nothing has
         # to wait for them to be running, and a started-handshake would keep a temporary
         # nursery's cancel status alive per actor (thousands of agents live in one process).
-        self._nursery.start_soon(writer.run)
+        self._writer_nursery.start_soon(writer.run)
         self._nursery.start_soon(self._drive, entered)
         if source == "resume" and agent.inbox.next_turn:
             agent._wake()  # queued work survives a crash and goes on
@@ -348,6 +420,9 @@ class Agents:
         await handle.agent.run(task_status=task_status)
         if handle.agent.store_failure is not None:
             await handle.dispose()  # a store failure stops this agent; the others go on
+
+    def _start_detached_teardown(self, handle: AgentHandle) -> None:
+        self._nursery.start_soon(handle._detached_teardown)
 
     def _detach(self, handle: AgentHandle) -> None:
         agent = handle.agent
