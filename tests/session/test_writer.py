@@ -10,6 +10,7 @@ import trio
 import trio.lowlevel
 
 from dsh_agent_loop import (
+    AgentClosedError,
     AgentOptions,
     MemoryStore,
     Reply,
@@ -248,6 +249,40 @@ async def test_an_unexpected_handle_error_stops_that_agent_only(
     assert invariants.check(other_events) == []
     stored = await (await store.inner.open(other.agent.session_id)).read()
     assert [e.data for e in stored] == [e.data for e in other_events]
+
+
+async def test_a_store_failure_while_idle_stops_that_agent_at_once(autojump_clock):
+    # An idle agent's queued events are committed by the commit timer, with no turn to report a
+    # failure: the agent still emits agent/error and is disposed at once (SPEC §14).
+    store = _OneBrokenSession("main", "append", OSError(28, "No space left on device"))
+    errors: list[Any] = []
+    model = ScriptedModel([Reply.text("fine")])
+    async with open_runtime(
+        store=store, providers={"scripted": model}, clock=trio.current_time
+    ) as rt:
+        rt.hooks.on("agent/error", errors.append)
+        main = await rt.agents.create(options=OPTIONS)
+        other = await rt.agents.create(
+            options=AgentOptions(id="other", provider="scripted", model="m")
+        )
+        await main.agent.flush()
+        store.armed = True
+        main.agent.inject("context for later")  # no wake: only the timer commits it
+        with trio.fail_after(5):
+            while rt.agents.get("main") is not None:
+                await trio.sleep(0.01)
+        other.agent.followup("go")
+        await other.agent.wait_idle()
+        assert [
+            e.data["reason"]["kind"] for e in other.agent.session.events if e.type == "turn/end"
+        ] == ["completed"]
+    assert [(e.data["agent_id"], e.data["error"]["code"]) for e in errors] == [
+        ("main", "STORE_FAILED")
+    ]
+    assert "No space left on device" in errors[0].data["error"]["message"]
+    assert isinstance(main.agent.store_failure, StoreError)
+    with pytest.raises(AgentClosedError):
+        main.agent.followup("too late")
 
 
 class _ScriptedHandle:

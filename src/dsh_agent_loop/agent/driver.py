@@ -30,8 +30,8 @@ from trio_util import AsyncValue
 
 from .._frozen import FrozenDict
 from .._wakeup import Latch, Wakeup
-from ..errors import AgentClosedError
-from ..events import AGENT_STATUS, SESSION_EVENT, SESSION_FLUSH, Event, make_event
+from ..errors import AgentClosedError, StoreError
+from ..events import AGENT_ERROR, AGENT_STATUS, SESSION_EVENT, SESSION_FLUSH, Event, make_event
 from ..hooks import HookBus, HookChain, HookScope
 from ..session.log import Session, SessionView
 from ..session.projections import NEXT_STEP, NEXT_TURN
@@ -315,6 +315,21 @@ class Agent:
                 self._subscribers.remove(sub)
         self.hooks.emit(event.type, event)
 
+    def on_store_failure(self, failure: StoreError) -> None:
+        """Called by the session writer when the store fails; an idle agent stops now (§14).
+
+        A running turn meets the failure at its next flush and reports it there; an idle agent
+        (its events committed by the timer) emits ``agent/error`` at once and its driver ends,
+        so the agent is disposed and the others go on.
+        """
+        if self._turn_scope is not None or self.store_failure is not None:
+            return
+        self.store_failure = failure
+        code = "OWNERSHIP_LOST" if failure.code == "OWNERSHIP_LOST" else "STORE_FAILED"
+        error = FrozenDict(code=code, message=str(failure))
+        self._notify(AGENT_ERROR, {"turn": self.log.state.turn, "step": None, "error": error})
+        self._lot.fire()
+
     def on_commit(self, batch: Sequence[Event]) -> None:
         """Called by the session writer after a commit: publish the committed events."""
         if not self._subscribers and not self.hooks.any("on"):
@@ -383,10 +398,10 @@ class Agent:
         task_status.started()
         try:
             while True:
-                while not self._wake_pending and not self._disposing:
+                while not (self._wake_pending or self._disposing or self.store_failure):
                     self._set_status("idle")
                     await self._lot.park()
-                if self._disposing:
+                if self._disposing or self.store_failure is not None:
                     return
                 self._wake_pending = False
                 if not self.has_work():

@@ -389,6 +389,7 @@ class Agents:
                 handle,
                 durable_seq=durable_seq,
                 on_commit=agent.on_commit,
+                on_failure=agent.on_store_failure,
                 timer=self._timer,
             )
             agent.writer = writer

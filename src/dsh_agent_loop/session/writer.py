@@ -133,6 +133,7 @@ class SessionWriter:
         "_idle_scope",
         "_lot",
         "_on_commit",
+        "_on_failure",
         "_stopped",
         "_timer",
         "handle",
@@ -146,6 +147,7 @@ class SessionWriter:
         *,
         durable_seq: int = -1,
         on_commit: Callable[[Sequence[Event]], None] | None = None,
+        on_failure: Callable[[StoreError], None] | None = None,
         commit_delay: float = COMMIT_DELAY,
         batch_limit: int = BATCH_LIMIT,
         timer: CommitTimer | None = None,
@@ -153,6 +155,8 @@ class SessionWriter:
         self.session = session
         self.handle = handle
         self._on_commit = on_commit
+        self._on_failure = on_failure
+        """Told once, synchronously, when the store fails (the agent may be idle)."""
         self._commit_delay = commit_delay
         self._batch_limit = batch_limit
         self._timer = timer
@@ -321,8 +325,10 @@ class SessionWriter:
             self._on_commit(batch)
 
     def _fail(self, exc: Exception) -> None:
-        self._failure = as_store_error(exc)
+        failure = self._failure = as_store_error(exc)
         self._release_waiters()
+        if self._on_failure is not None:
+            self._on_failure(failure)
 
     def _release_waiters(self) -> None:
         done, self._commit_done = self._commit_done, None
