@@ -32,6 +32,7 @@ from dsh_agent_loop import (
     open_runtime,
     tool,
 )
+from tests.llm.agent_helpers import plain as plain  # re-exported for the corpus modules
 
 VICTIM = "victim"
 BYSTANDER = "bystander"
@@ -51,15 +52,6 @@ async def note(text: str) -> str:
 def bystander_model() -> ScriptedModel:
     """A normal tool turn: call ``note``, then answer."""
     return ScriptedModel([Reply.tool_calls(("note", {"text": "b"})), Reply.text(BYSTANDER_TEXT)])
-
-
-def plain(value: Any) -> Any:
-    """Frozen event data as plain dicts and lists."""
-    if isinstance(value, Mapping):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, tuple | list):
-        return [plain(v) for v in value]
-    return value
 
 
 def turn_ends(events: Iterable[Event]) -> list[dict[str, Any]]:

@@ -15,7 +15,6 @@ what ``pg_terminate_backend`` sends), ``57P02`` crash shutdown, ``57P03`` cannot
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -23,7 +22,6 @@ import attrs
 import psycopg
 from psycopg.rows import TupleRow
 
-from .._frozen import freeze
 from ..errors import (
     SequenceConflictError,
     SessionAlreadyExistsError,
@@ -33,7 +31,14 @@ from ..errors import (
 )
 from ..events import Event, event_from_json
 from ..session.store import SessionInfo
-from ._rows import corrupt, escape_surrogates, event_json, event_sha256, load_header, text_json
+from ._rows import (
+    corrupt,
+    escape_surrogates,
+    event_json,
+    event_sha256,
+    session_info,
+    text_json,
+)
 
 __all__ = [
     "TRANSIENT",
@@ -184,21 +189,6 @@ class Row:
         return cls(event.seq, kind, text, event_sha256(text))
 
 
-def _info(row: tuple[str, int, str | None, str]) -> SessionInfo:
-    header = load_header(row[0], row[3])
-    try:
-        last = None if row[2] is None else freeze(json.loads(row[2]))
-    except ValueError as exc:
-        raise corrupt(row[3], "turn end", exc) from exc
-    return SessionInfo(
-        session_id=str(header.get("session_id", row[3])),
-        agent_id=str(header.get("agent_id", "")),
-        created_at=str(header.get("created_at", "")),
-        event_count=int(row[1]),
-        last_turn_end=last,
-    )
-
-
 def lost(sid: str) -> SessionOwnershipLostError:
     return SessionOwnershipLostError(f"session {sid!r}: the write lease was lost")
 
@@ -330,4 +320,4 @@ def header(sql: Sql, conn: Conn, sid: str) -> str:
 
 
 def infos(sql: Sql, conn: Conn, sid: str | None) -> list[SessionInfo]:
-    return [_info(row) for row in conn.execute(sql.session_infos, (sid, sid)).fetchall()]
+    return [session_info(row) for row in conn.execute(sql.session_infos, (sid, sid)).fetchall()]

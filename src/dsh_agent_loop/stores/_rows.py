@@ -28,6 +28,7 @@ from typing import Any, Final
 from .._frozen import freeze, thaw
 from ..errors import StoreError
 from ..events import TURN_END, Event
+from ..session.store import SessionInfo
 
 __all__ = [
     "corrupt",
@@ -36,6 +37,7 @@ __all__ = [
     "event_sha256",
     "last_turn_end",
     "load_header",
+    "session_info",
     "text_json",
 ]
 
@@ -149,3 +151,23 @@ def load_header(text: str, sid: str) -> Mapping[str, Any]:
     except ValueError as exc:
         raise corrupt(sid, "header", exc) from exc
     return freeze(head)  # type: ignore[no-any-return]
+
+
+def session_info(row: tuple[str, int, str | None, str]) -> SessionInfo:
+    """A ``SessionInfo`` from a SQL row ``(header JSON, event count, turn-end JSON, id)``.
+
+    Raises:
+        StoreError: ``STORE_CORRUPT`` when the header or the turn end cannot be read.
+    """
+    header = load_header(row[0], row[3])
+    try:
+        last = None if row[2] is None else freeze(json.loads(row[2]))
+    except ValueError as exc:
+        raise corrupt(row[3], "turn end", exc) from exc
+    return SessionInfo(
+        session_id=str(header.get("session_id", row[3])),
+        agent_id=str(header.get("agent_id", "")),
+        created_at=str(header.get("created_at", "")),
+        event_count=int(row[1]),
+        last_turn_end=last,
+    )

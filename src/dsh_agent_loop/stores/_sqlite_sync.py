@@ -23,7 +23,6 @@ stored text that does not decode is a ``StoreError`` with code ``STORE_CORRUPT``
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sqlite3
 import time
@@ -32,7 +31,6 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from .._frozen import freeze
 from ..errors import (
     SequenceConflictError,
     SessionAlreadyExistsError,
@@ -42,7 +40,7 @@ from ..errors import (
 )
 from ..events import Event, event_from_json
 from ..session.store import SessionInfo
-from ._rows import corrupt, escape_surrogates, event_json, load_header, text_json
+from ._rows import corrupt, escape_surrogates, event_json, load_header, session_info, text_json
 
 __all__ = [
     "SCHEMA",
@@ -387,21 +385,6 @@ def header(conn: sqlite3.Connection, sid: str) -> Mapping[str, Any]:
     return load_header(row[0], sid)
 
 
-def _info(row: tuple[str, int, str | None, str]) -> SessionInfo:
-    head = load_header(row[0], row[3])
-    try:
-        last = None if row[2] is None else freeze(json.loads(row[2]))
-    except ValueError as exc:
-        raise corrupt(row[3], "turn end", exc) from exc
-    return SessionInfo(
-        session_id=str(head.get("session_id", row[3])),
-        agent_id=str(head.get("agent_id", "")),
-        created_at=str(head.get("created_at", "")),
-        event_count=row[1],
-        last_turn_end=last,
-    )
-
-
 def infos(conn: sqlite3.Connection, sid: str | None) -> list[SessionInfo]:
     """``SessionInfo`` of every stored session (or of ``sid``), oldest first."""
     query = (
@@ -412,4 +395,4 @@ def infos(conn: sqlite3.Connection, sid: str | None) -> list[SessionInfo]:
         rows = conn.execute(query + " ORDER BY created_at, session_id").fetchall()
     else:
         rows = conn.execute(query + " AND session_id=?", (sid,)).fetchall()
-    return [_info(row) for row in rows]
+    return [session_info(row) for row in rows]
