@@ -144,6 +144,9 @@ class FaultyStore:
     async def aclose(self) -> None:
         await self.inner.aclose()
 
+    def statistics(self) -> Any:
+        return self.inner.statistics()
+
 
 STORE_FAULTS: dict[str, tuple[Callable[[], BaseException], str]] = {
     "value_error": (lambda: ValueError("unexpected value in the writer"), "STORE_FAILED"),

@@ -1,4 +1,4 @@
-"""``bench/stores.py`` at toy sizes: the figures exist, are positive, and the table renders."""
+"""``scripts/bench/stores.py`` at toy sizes: the figures exist, are positive, the table renders."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import json
 from functools import partial
 from pathlib import Path
 
-from dsh_agent_loop.bench import stores as bench
+from dsh_agent_loop.cli._bench import load_script
 from dsh_agent_loop.stores import SqliteStore
+
+bench = load_script("stores")  # scripts/bench/stores.py
 
 
 def test_append_throughput_and_its_raw_references(tmp_path: Path) -> None:

@@ -478,7 +478,9 @@ async def test_sqlite_close_past_its_timeout_drops_unflushed_and_raises(tmp_path
         release = trio.Event()
 
         async def stuck_commit(task_status: trio.TaskStatus[None]) -> None:
-            async with store._writer_lock:  # a commit that never ends, as the handle sees it
+            async with (
+                store._connections.writer_lock
+            ):  # a commit that never ends, as the handle sees it
                 task_status.started()
                 await release.wait()
 

@@ -52,7 +52,8 @@ from dsh_agent_loop import (
     tool,
 )
 from dsh_agent_loop.session.store import SessionStore
-from dsh_agent_loop.stores import SqliteStore, _sqlite_sync
+from dsh_agent_loop.stores import SqliteStore
+from dsh_agent_loop.stores.sqlite import _sync as _sqlite_sync
 
 from .conftest import drop_pg_tables, new_pg_prefix, postgres_dsn
 

@@ -150,7 +150,7 @@ async def test_backend_killed_between_appends(server: Server) -> None:
     await server.kill()
     await handle.append([ev(2)])
     await handle.flush()  # the pooled connection is dead: retried on a new one
-    assert store._retries >= 1
+    assert store.statistics().retries >= 1
     await server.kill()
     await handle.append([ev(3), ev(4)])
     await handle.close()
@@ -201,7 +201,7 @@ async def test_backend_killed_during_a_commit(server: Server, times: int) -> Non
     # is sent again on a new connection, as often as the connection keeps dying
     await handle.flush()
     assert kills == [0]
-    assert store._retries >= times
+    assert store.statistics().retries >= times
     await handle.close()
     assert await log_of(server, "s1") == [ev(0), ev(1), ev(2)]
 
@@ -298,4 +298,4 @@ async def test_agent_turn_survives_killed_backends(server: Server) -> None:
     assert invariants.check(stored, allow_open_turn=False) == []
     ends = [e.data["reason"]["kind"] for e in stored if e.type == "turn/end"]
     assert ends == ["completed"]
-    assert store._retries >= 3
+    assert store.statistics().retries >= 3

@@ -118,13 +118,13 @@ async def test_sqlite_a_failure_in_a_group_commit_fails_only_the_session_that_ca
                 results[sid] = None
 
         before = s.statistics().commits
-        await s._writer_lock.acquire()  # held: the three flushes queue up for one round
+        await s._connections.writer_lock.acquire()  # held: the three flushes queue up for one round
         with trio.fail_after(5):
             async with trio.open_nursery() as nursery:
                 for sid in handles:
                     nursery.start_soon(flush, sid)
                 await trio.testing.wait_all_tasks_blocked()
-                s._writer_lock.release()
+                s._connections.writer_lock.release()
         assert results["a"] is None
         assert results["c"] is None
         assert isinstance(results["bad"], StoreError)
@@ -416,7 +416,7 @@ async def test_postgres_unreachable_server_raises_store_error_after_its_retries(
         await OPS[op](store)
     assert type(info.value) is StoreError
     assert isinstance(info.value.__cause__, psycopg.OperationalError)
-    assert store._retries == 2
+    assert store.statistics().retries == 2
     await store.aclose()
 
 

@@ -16,6 +16,8 @@ Contract (SPEC §14), the part every backend's conformance test checks:
   plus this handle's unflushed events, never a torn tail.
 - ``close()`` is idempotent and bounded; ``abort()`` drops unflushed events, releases ownership,
   and leaves no trace of a never-flushed session.
+- ``statistics()`` returns a ``StoreStatistics`` (a backend may return a subclass with more
+  counters, as ``SqliteStoreStatistics`` does).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ __all__ = [
     "ReadHandle",
     "SessionInfo",
     "SessionStore",
+    "StoreStatistics",
     "WriteHandle",
     "info_from_events",
 ]
@@ -54,6 +57,23 @@ class SessionInfo:
     """Number of stored events."""
     last_turn_end: Mapping[str, Any] | None
     """The ``reason`` of the latest stored ``turn/end``, or None."""
+
+
+@attrs.frozen
+class StoreStatistics:
+    """Counters of a store since it was built (trio's ``statistics()`` habit).
+
+    Backends with more to report extend it (``SqliteStoreStatistics``).
+    """
+
+    commits: int = 0
+    """Flush transactions (or writes) that stored events."""
+    handles_committed: int = 0
+    """Handle flushes served by them (more than ``commits`` when a store groups them)."""
+    events_committed: int = 0
+    """Events stored by them."""
+    retries: int = 0
+    """Calls repeated after a failure that stored nothing."""
 
 
 def info_from_events(header: Mapping[str, Any], events: Sequence[Event]) -> SessionInfo:
@@ -155,4 +175,8 @@ class SessionStore(Protocol):
 
     async def aclose(self) -> None:
         """Release connections; a closed store reopens lazily if used again."""
+        ...
+
+    def statistics(self) -> StoreStatistics:
+        """Return the store's counters."""
         ...

@@ -16,7 +16,7 @@ what ``pg_terminate_backend`` sends), ``57P02`` crash shutdown, ``57P03`` cannot
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, final
 
 import attrs
 import psycopg
@@ -71,10 +71,12 @@ def commit(conn: Conn) -> None:
     conn.commit()
 
 
+@final
 class AmbiguousCommitError(Exception):
     """The connection failed after COMMIT was sent: the outcome is unknown."""
 
 
+@final
 class RetryableError(Exception):
     """The transaction failed and stored nothing, for a reason that may pass (see below)."""
 
@@ -97,6 +99,7 @@ def retryable(exc: psycopg.Error) -> bool:
     return connection_lost(exc) or exc.sqlstate in TRANSIENT
 
 
+@final
 @attrs.frozen
 class Sql:
     """The statements, with the table prefix filled in."""
@@ -172,6 +175,7 @@ class Sql:
         )
 
 
+@final
 @attrs.frozen
 class Row:
     """One event as stored: seq, type, JSON and its sha256."""
@@ -196,6 +200,7 @@ def lost(sid: str) -> SessionOwnershipLostError:
 # --- synchronous transactions (each runs whole in one worker thread) --------------------------
 
 
+@final
 @attrs.frozen
 class Claim:
     """Who asks for a lease."""

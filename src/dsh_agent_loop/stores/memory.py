@@ -9,6 +9,7 @@ complete without yielding (there is nothing to wait for), which keeps the writer
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Literal, final, overload
 
 import attrs
@@ -21,12 +22,20 @@ from ..errors import (
     SessionNotFoundError,
 )
 from ..events import Event
-from ..session.store import ReadHandle, SessionInfo, WriteHandle, info_from_events
+from ..session.store import (
+    ReadHandle,
+    SessionInfo,
+    StoreStatistics,
+    WriteHandle,
+    info_from_events,
+)
 from ._check import new_suffix
+from ._handles import StoreReadHandle
 
 __all__ = ["MemoryStore"]
 
 
+@final
 @attrs.define(eq=False)
 class _Stored:
     header: Mapping[str, Any]
@@ -38,31 +47,35 @@ class _Stored:
         return str(self.header["session_id"])
 
 
-@attrs.define(eq=False)
-class _MemoryReadHandle:
-    _record: _Stored
-    _closed: bool = False
-
-    @property
-    def session_id(self) -> str:
-        return self._record.session_id
-
-    @property
-    def header(self) -> Mapping[str, Any]:
-        return self._record.header
-
-    async def read(self, offset: int = 0, length: int | None = None) -> list[Event]:
-        await trio.lowlevel.checkpoint()
-        end = None if length is None else offset + length
-        return self._record.events[offset:end]
-
-    async def close(self) -> None:
-        self._closed = True
+async def _read_range(record: _Stored, start: int, stop: int | None) -> list[Event]:
+    await trio.lowlevel.checkpoint()
+    return record.events[start:stop]
 
 
+@final
+class _Sessions:
+    """The sessions of one ``MemoryStore`` and its counters (what its write handles update)."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, _Stored] = {}
+        self.commits = self.events_committed = 0
+
+    def forget_if_empty(self, record: _Stored) -> None:
+        """Drop ``record`` if it stores nothing and has no owner (and is still the one kept)."""
+        sid = record.session_id
+        if not record.events and record.owner is None and self.records.get(sid) is record:
+            del self.records[sid]
+
+    def committed(self, count: int) -> None:
+        """Count one flush that stored ``count`` events."""
+        self.commits += 1
+        self.events_committed += count
+
+
+@final
 @attrs.define(eq=False)
 class _MemoryWriteHandle:
-    _store: MemoryStore
+    _sessions: _Sessions
     _record: _Stored
     _staged: list[Event] = attrs.Factory(list)
     _closed: bool = False
@@ -100,6 +113,7 @@ class _MemoryWriteHandle:
             self._check_open()
         if self._staged:
             self._record.events.extend(self._staged)
+            self._sessions.committed(len(self._staged))
             self._staged.clear()
 
     async def renew(self) -> None:
@@ -124,7 +138,7 @@ class _MemoryWriteHandle:
         self._closed = True
         if self._record.owner is self:
             self._record.owner = None
-        self._store._forget_if_empty(self._record)
+        self._sessions.forget_if_empty(self._record)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -136,7 +150,8 @@ class MemoryStore:
     """Sessions kept in memory for the life of this object."""
 
     def __init__(self) -> None:
-        self._sessions: dict[str, _Stored] = {}
+        self._state = _Sessions()
+        self._sessions = self._state.records
 
     async def __aenter__(self) -> MemoryStore:
         return self
@@ -144,10 +159,14 @@ class MemoryStore:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    def _forget_if_empty(self, record: _Stored) -> None:
-        sid = str(record.header["session_id"])
-        if not record.events and record.owner is None and self._sessions.get(sid) is record:
-            del self._sessions[sid]
+    def statistics(self) -> StoreStatistics:
+        """Return the store's counters (every flush that stores events counts as a commit)."""
+        state = self._state
+        return StoreStatistics(
+            commits=state.commits,
+            handles_committed=state.commits,
+            events_committed=state.events_committed,
+        )
 
     def _visible(self, session_id: str) -> _Stored | None:
         record = self._sessions.get(session_id)
@@ -170,7 +189,7 @@ class MemoryStore:
                 )
         record = _Stored(header=freeze(dict(header)))
         self._sessions[sid] = record
-        handle = _MemoryWriteHandle(self, record)
+        handle = _MemoryWriteHandle(self._state, record)
         record.owner = handle
         if inherited_events:
             await handle.append(list(inherited_events))
@@ -194,8 +213,8 @@ class MemoryStore:
         if record is None or not record.events:
             raise SessionNotFoundError(f"session {session_id!r} not found")
         if mode == "read":
-            return _MemoryReadHandle(record)
-        handle = _MemoryWriteHandle(self, record)
+            return StoreReadHandle(session_id, record.header, partial(_read_range, record))
+        handle = _MemoryWriteHandle(self._state, record)
         record.owner = handle
         return handle
 

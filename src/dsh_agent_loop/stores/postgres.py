@@ -8,16 +8,16 @@ over (epoch + 1) is therefore rejected with ``SessionOwnershipLostError`` instea
 (a lock alone cannot fence it). Taking over needs the lease to have expired; the session
 writer calls ``renew`` every ``lease_ttl / 3`` to keep it.
 
-psycopg's async API needs asyncio, so the sync API runs in ``trio.to_thread.run_sync`` under
-the store's ``CapacityLimiter``; the limiter also bounds the small pool of connections the
-store opens lazily. Each thread call is one whole transaction (``_postgres_sync``): none
-stays open across an await. Events carry a sha256 of their JSON; if the connection fails
-after ``COMMIT`` was sent, the outcome is settled by reading the (session, seq) rows back on a
-fresh connection, under the lease row's lock, and comparing those hashes — never by sending
-the batch blindly again. Once nothing is known to be stored, a flush that failed for a reason
-that may pass (a lost connection, a serialization failure, a deadlock, a lock not available)
-is tried again a few times on a fresh connection; idempotent transactions (reads, lease
-acquisition, renewal, release) likewise. Other errors (disk full) fail the flush.
+Connections are a small lazy pool, one worker thread per transaction (``_postgres_pool``);
+the transactions are in ``_postgres_sync``; write handles are the shared staged handles
+(``_handles``), whose backend here is ``_PgBackend``. Events carry a sha256 of their JSON;
+if the connection fails after ``COMMIT`` was sent, the outcome is settled by reading the
+(session, seq) rows back on a fresh connection, under the lease row's lock, and comparing
+those hashes — never by sending the batch blindly again. Once nothing is known to be
+stored, a flush that failed for a reason that may pass (a lost connection, a serialization
+failure, a deadlock, a lock not available) is tried again a few times on a fresh connection;
+idempotent transactions (reads, lease acquisition, renewal, release) likewise. Other errors
+(disk full) fail the flush.
 
 Reconnecting. A lost connection (no SQLSTATE, class 08, or the server ending the session:
 ``57P01`` as ``pg_terminate_backend`` sends, ``57P02``, ``57P03`` while it restarts) is retried
@@ -37,33 +37,27 @@ import os
 import re
 import secrets
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any, Final, Literal, TypeVar, final, overload
+from typing import Any, Final, Literal, final, overload
 
-import attrs
 import psycopg
 import trio
 
 from .._frozen import freeze
-from ..errors import (
-    SessionOwnershipLostError,
-    StoreError,
-)
+from ..errors import SessionOwnershipLostError, StoreError
 from ..events import Event
-from ..session.store import ReadHandle, SessionInfo, WriteHandle
+from ..session.store import ReadHandle, SessionInfo, StoreStatistics, WriteHandle
 from . import _postgres_sync as pg
-from ._check import check_range, read_stored_and_staged, stage
+from ._handles import RELEASE_GRACE, StagedWriteHandle, Staging, StoreReadHandle
+from ._postgres_pool import Pool, worth_retrying
 from ._rows import last_turn_end, load_header
 
 __all__ = ["PostgresStore"]
 
-T = TypeVar("T")
-
-_POOL_SIZE: Final = 4
-#: Releasing after a timed-out close gets this much extra time (best effort).
-_RELEASE_GRACE: Final = 1.0
 _PREFIX: Final = re.compile(r"[a-z_][a-z0-9_]{0,40}")
+
+_PgStaging = Staging[pg.Row]
 
 
 def capped_backoff(first: float, cap: float, count: int) -> tuple[float, ...]:
@@ -75,217 +69,100 @@ def capped_backoff(first: float, cap: float, count: int) -> tuple[float, ...]:
 RETRY_DELAYS: Final = capped_backoff(0.02, 2.0, 9)
 
 
-# --- handles -----------------------------------------------------------------------------------
+@final
+class _PgBackend:
+    """What ``PostgresStore``'s write handles call (``StagingBackend``), and its counters."""
 
+    def __init__(self, pool: Pool, lease_ttl: float) -> None:
+        self._pool = pool
+        self._lease_ttl = lease_ttl
+        self.commits = self.events_committed = self.retries = 0
 
-@attrs.define(eq=False)
-class _PgReadHandle:
-    _store: PostgresStore
-    _session_id: str
-    _header: Mapping[str, Any]
-
-    @property
-    def session_id(self) -> str:
-        return self._session_id
-
-    @property
-    def header(self) -> Mapping[str, Any]:
-        return self._header
-
-    async def read(self, offset: int = 0, length: int | None = None) -> list[Event]:
-        stop = check_range(offset, length)
-        read = partial(pg.events, sid=self._session_id, start=offset, stop=stop)
-        return await self._store._run_again(read, sid=self._session_id)
-
-    async def close(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-
-@attrs.define(eq=False)
-class _PgWriteHandle:
-    _store: PostgresStore
-    _session_id: str
-    _header: Mapping[str, Any]
-    _token: str
-    _epoch: int
-    _stored_count: int
-    _staged: list[Event] = attrs.Factory(list)
-    _failure: StoreError | None = None
-    _closed: bool = False
-
-    @property
-    def session_id(self) -> str:
-        return self._session_id
-
-    @property
-    def header(self) -> Mapping[str, Any]:
-        return self._header
-
-    @property
-    def lease_ttl(self) -> float | None:
-        return self._store.lease_ttl
-
-    async def _fetch(self, start: int, stop: int) -> list[Event]:
-        fetch = partial(pg.events, sid=self._session_id, start=start, stop=stop)
-        return await self._store._run_again(fetch, sid=self._session_id)
-
-    async def read(self, offset: int = 0, length: int | None = None) -> list[Event]:
-        return await read_stored_and_staged(
-            offset, length, self._stored_count, self._staged, self._fetch
+    async def fetch(self, staging: _PgStaging, start: int, stop: int) -> list[Event]:
+        """Stored events ``start .. stop`` of the session."""
+        sid = staging.session_id
+        return await self._pool.run_again(
+            partial(pg.events, sid=sid, start=start, stop=stop), sid=sid
         )
 
-    async def append(self, events: Sequence[Event]) -> None:
-        self._check_usable()
-        await stage(self._session_id, self._stored_count, self._staged, events, self._fetch)
-        self._check_usable()
-
-    async def flush(self) -> None:
-        self._check_usable()
-        await self._flush()
-
-    async def _flush(self) -> None:
-        if not self._staged:
+    async def flush(self, staging: _PgStaging) -> None:
+        """Commit the staged events in one transaction that checks the lease."""
+        if not staging.staged:
             await trio.lowlevel.checkpoint()
             return
-        if self._failure is not None:
-            raise self._failure
-        batch = self._staged[: len(self._staged)]
-        rows = self._rows(batch)
+        staging.check_writable()
+        sid = staging.session_id
+        count = len(staging.staged)
+        rows = staging.pending_rows(pg.Row.of)[:count]
         txn = partial(
             pg.flush,
-            sid=self._session_id,
-            token=self._token,
-            epoch=self._epoch,
+            sid=sid,
+            token=staging.token,
+            epoch=staging.epoch,
             rows=rows,
-            last=last_turn_end(batch),
+            last=last_turn_end(staging.staged),
         )
         fresh = False
-        for delay in (*self._store._retry_delays, None):
+        for delay in (*self._pool.retry_delays, None):
             try:
-                await self._store._run(txn, fresh=fresh, sid=self._session_id)
+                await self._pool.run(txn, fresh=fresh, sid=sid)
                 break
             except SessionOwnershipLostError as exc:
-                self._failure = exc
+                staging.fail(exc)
                 raise
             except pg.AmbiguousCommitError as exc:
-                if await self._resolve(rows):
+                if await self._resolve(staging, rows):
                     break
                 error = StoreError(
-                    f"session {self._session_id!r}: the connection failed during commit and "
+                    f"session {sid!r}: the connection failed during commit and "
                     f"nothing was stored ({exc})"
                 )
                 error.__cause__ = exc.__cause__
             except pg.RetryableError as exc:
-                error = StoreError(f"session {self._session_id!r}: nothing was stored ({exc})")
+                error = StoreError(f"session {sid!r}: nothing was stored ({exc})")
                 error.__cause__ = exc.__cause__
             except StoreError as exc:  # connecting failed, or a final error
-                if not _worth_retrying(exc):
+                if not worth_retrying(exc):
                     raise
                 error = exc
             if delay is None:
                 raise error
-            self._store._retries += 1
+            self.retries += 1
             fresh = True  # nothing was stored: a new connection may do better
             await trio.sleep(delay)
-        self._stored_count += len(batch)
-        del self._staged[: len(batch)]
+        staging.committed(count)
+        self.commits += 1
+        self.events_committed += count
 
-    def _rows(self, batch: list[Event]) -> list[pg.Row]:
-        """Encode ``batch``; an event that cannot be encoded fails the handle for good."""
-        try:
-            return [pg.Row.of(e) for e in batch]
-        except Exception as exc:
-            self._failure = StoreError(
-                f"session {self._session_id!r}: an event cannot be stored "
-                f"({type(exc).__name__}: {exc}); the session writes no more"
-            )
-            raise self._failure from exc
-
-    async def _resolve(self, rows: list[pg.Row]) -> bool:
+    async def _resolve(self, staging: _PgStaging, rows: list[pg.Row]) -> bool:
         """Settle an ambiguous commit by reading back: did it commit?"""
+        sid = staging.session_id
         try:
-            resolve = partial(pg.resolve, sid=self._session_id, rows=rows)
-            return await self._store._run_again(resolve, fresh=True, sid=self._session_id)
+            resolve = partial(pg.resolve, sid=sid, rows=rows)
+            return await self._pool.run_again(resolve, fresh=True, sid=sid)
         except StoreError as exc:
-            self._failure = StoreError(
-                f"session {self._session_id!r}: the outcome of a commit is unknown ({exc})"
-            )
-            raise self._failure from exc
+            error = StoreError(f"session {sid!r}: the outcome of a commit is unknown ({exc})")
+            raise staging.fail(error) from exc
 
-    async def renew(self) -> None:
-        self._check_usable()
+    async def renew(self, staging: _PgStaging) -> None:
+        """Extend the lease, if it is still ours."""
+        sid = staging.session_id
         renew = partial(
-            pg.renew,
-            sid=self._session_id,
-            token=self._token,
-            epoch=self._epoch,
-            ttl=self._store.lease_ttl,
+            pg.renew, sid=sid, token=staging.token, epoch=staging.epoch, ttl=self._lease_ttl
         )
-        if not await self._store._run_again(renew, sid=self._session_id):
-            self._failure = pg.lost(self._session_id)
-            raise self._failure
+        if not await self._pool.run_again(renew, sid=sid):
+            raise staging.fail(pg.lost(sid))
 
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        error: Exception | None = None
-        timeout = self._store._close_timeout
-        deadline = trio.current_time() + timeout
-        with trio.CancelScope(shield=True):
-            with trio.move_on_at(deadline) as scope:
-                try:
-                    await self._flush()
-                except Exception as exc:  # raised once the lease is released
-                    error = exc
-            if scope.cancelled_caught:
-                error = StoreError(
-                    f"session {self._session_id!r}: close timed out after {timeout}s; "
-                    f"{len(self._staged)} unflushed events dropped"
-                )
-            release_error = await self._release(deadline)
-        error = error or release_error
-        if error is not None:
-            raise error
-
-    async def abort(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with trio.CancelScope(shield=True):
-            error = await self._release(trio.current_time() + self._store._close_timeout)
-        if error is not None:
-            raise error
-
-    async def _release(self, deadline: float) -> StoreError | None:
-        """Drop staged events, give the lease up; remove the session if nothing was stored.
-
-        Past ``deadline`` it still gets a short grace: releasing is worth a try.
-        """
-        self._staged.clear()
+    async def release(self, staging: _PgStaging) -> None:
+        """Give the lease up; remove the session if nothing of it was stored."""
         release = partial(
             pg.release,
-            sid=self._session_id,
-            token=self._token,
-            epoch=self._epoch,
-            drop_if_empty=self._stored_count == 0,
+            sid=staging.session_id,
+            token=staging.token,
+            epoch=staging.epoch,
+            drop_if_empty=staging.stored_count == 0,
         )
-        with trio.move_on_at(max(deadline, trio.current_time() + _RELEASE_GRACE)):
-            try:
-                await self._store._run_again(release, any_error=True, sid=self._session_id)
-            except StoreError as exc:
-                return exc
-            return None
-        return StoreError(f"session {self._session_id!r}: releasing the lease timed out")
-
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise trio.ClosedResourceError("write handle is closed")
-        if self._failure is not None:
-            raise self._failure
-
-
-# --- the store ---------------------------------------------------------------------------------
+        await self._pool.run_again(release, any_error=True, sid=staging.session_id)
 
 
 @final
@@ -325,14 +202,13 @@ class PostgresStore:
         self._dsn = dsn
         self._lease_ttl = float(lease_ttl)
         self._close_timeout = close_timeout
-        self._prefix = table_prefix
-        self._sql = pg.Sql.build(table_prefix)
-        self._limiter = trio.CapacityLimiter(_POOL_SIZE)
-        self._idle: list[pg.Conn] = []
-        self._schema_ready = False
-        self._connection_class = connection_class
-        self._retries = 0
-        self._retry_delays = tuple(retry_delays)
+        self._pool = Pool(
+            dsn,
+            prefix=table_prefix,
+            connection_class=connection_class,
+            retry_delays=retry_delays,
+        )
+        self._backend = _PgBackend(self._pool, self._lease_ttl)
 
     async def __aenter__(self) -> PostgresStore:
         return self
@@ -345,88 +221,27 @@ class PostgresStore:
         """Seconds a write lease lasts; the session writer renews every third of it."""
         return self._lease_ttl
 
-    # --- connections ---
+    def statistics(self) -> StoreStatistics:
+        """Return the store's commit counters (every flush is a transaction of its own)."""
+        backend = self._backend
+        return StoreStatistics(
+            commits=backend.commits,
+            handles_committed=backend.commits,
+            events_committed=backend.events_committed,
+            retries=backend.retries + self._pool.retries,
+        )
 
-    def _connect(self) -> pg.Conn:
-        conn = self._connection_class.connect(self._dsn, autocommit=False, connect_timeout=10)
-        if not self._schema_ready:
-            try:
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._prefix,))
-                for statement in self._sql.schema:
-                    conn.execute(statement)
-                conn.commit()
-            except BaseException:
-                conn.close()
-                raise
-            self._schema_ready = True
-        return conn
+    def _handle(
+        self, sid: str, header: Mapping[str, Any], token: str, epoch: int, count: int
+    ) -> WriteHandle:
+        staging = _PgStaging(sid, token, count, epoch)
+        return StagedWriteHandle(
+            self._backend, staging, header, self._close_timeout, self._lease_ttl
+        )
 
-    def _call(self, fn: Callable[[pg.Sql, pg.Conn], T], fresh: bool) -> T:
-        """Run ``fn`` on a pooled (or, with ``fresh``, a new) connection, in a worker thread."""
-        conn: pg.Conn | None = None
-        if not fresh:
-            with contextlib.suppress(IndexError):
-                conn = self._idle.pop()  # atomic: worker threads share the list
-        if conn is None:
-            conn = self._connect()
-        try:
-            return fn(self._sql, conn)
-        finally:
-            self._checkin(conn)
-
-    def _checkin(self, conn: pg.Conn) -> None:
-        if not conn.closed and not conn.broken and len(self._idle) < _POOL_SIZE:
-            try:
-                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                    conn.rollback()
-            except psycopg.Error:
-                pass
-            else:
-                self._idle.append(conn)
-                return
-        conn.close()
-
-    async def _run(
-        self, fn: Callable[[pg.Sql, pg.Conn], T], *, fresh: bool = False, sid: str | None = None
-    ) -> T:
-        """Run one transaction in a worker thread; every failure leaves as a ``StoreError``.
-
-        (``flush``'s ``RetryableError`` and ``AmbiguousCommitError`` are for its caller.)
-        """
-        try:
-            return await trio.to_thread.run_sync(self._call, fn, fresh, limiter=self._limiter)
-        except (StoreError, pg.RetryableError, pg.AmbiguousCommitError):
-            raise
-        except Exception as exc:  # psycopg's, or a value it cannot send, or a bug
-            where = "postgres store" + ("" if sid is None else f", session {sid!r}")
-            what = str(exc) if isinstance(exc, psycopg.Error) else f"{type(exc).__name__}: {exc}"
-            raise StoreError(f"{where}: {what}") from exc
-
-    async def _run_again(
-        self,
-        fn: Callable[[pg.Sql, pg.Conn], T],
-        *,
-        fresh: bool = False,
-        any_error: bool = False,
-        sid: str | None = None,
-    ) -> T:
-        """Run an idempotent transaction; repeat it after a lost connection or a transient error.
-
-        Reads, ``renew``, ``release`` and ``delete`` are idempotent as they stand; an
-        acquisition is, because a lease that already carries the claim's token is that claim.
-        With ``any_error`` every database error is worth another try (releasing a lease).
-        A repeat runs on a new connection.
-        """
-        for delay in (*self._retry_delays, None):
-            try:
-                return await self._run(fn, fresh=fresh, sid=sid)
-            except StoreError as exc:
-                if delay is None or not _worth_retrying(exc, any_error=any_error):
-                    raise
-            self._retries += 1
-            fresh = True
-            await trio.sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
+    async def _read_range(self, sid: str, start: int, stop: int | None) -> list[Event]:
+        read = partial(pg.events, sid=sid, start=start, stop=stop)
+        return await self._pool.run_again(read, sid=sid)
 
     def _claim(self) -> pg.Claim:
         return pg.Claim(secrets.token_hex(16), socket.gethostname(), os.getpid(), self._lease_ttl)
@@ -444,10 +259,10 @@ class PostgresStore:
         """
         frozen = freeze(dict(header))
         sid, claim = str(frozen["session_id"]), self._claim()
-        epoch, _, _ = await self._run_again(
+        epoch, _, _ = await self._pool.run_again(
             partial(pg.acquire, sid=sid, claim=claim, header=frozen), sid=sid
         )
-        handle = _PgWriteHandle(self, sid, frozen, claim.token, epoch, 0)
+        handle = self._handle(sid, frozen, claim.token, epoch, 0)
         if inherited_events:
             await handle.append(list(inherited_events))
         return handle
@@ -466,10 +281,11 @@ class PostgresStore:
             SessionAlreadyOwnedError: ``mode="write"`` and another lease is live.
         """
         if mode == "read":
-            text = await self._run_again(partial(pg.header, sid=session_id), sid=session_id)
-            return _PgReadHandle(self, session_id, load_header(text, session_id))
+            text = await self._pool.run_again(partial(pg.header, sid=session_id), sid=session_id)
+            header = load_header(text, session_id)
+            return StoreReadHandle(session_id, header, partial(self._read_range, session_id))
         claim = self._claim()
-        epoch, count, text = await self._run_again(
+        epoch, count, text = await self._pool.run_again(
             partial(pg.acquire, sid=session_id, claim=claim, header=None), sid=session_id
         )
         try:
@@ -480,45 +296,26 @@ class PostgresStore:
             )
             with (  # best effort: the corruption is what is reported
                 trio.CancelScope(shield=True),
-                trio.move_on_after(_RELEASE_GRACE),
+                trio.move_on_after(RELEASE_GRACE),
                 contextlib.suppress(StoreError),
             ):
-                await self._run_again(release, sid=session_id)
+                await self._pool.run_again(release, sid=session_id)
             raise
-        return _PgWriteHandle(self, session_id, header, claim.token, epoch, count)
+        return self._handle(session_id, header, claim.token, epoch, count)
 
     async def list(self) -> list[SessionInfo]:
         """List stored sessions (those with at least one stored event), oldest first."""
-        return await self._run_again(partial(pg.infos, sid=None))
+        return await self._pool.run_again(partial(pg.infos, sid=None))
 
     async def stat(self, session_id: str) -> SessionInfo | None:
         """Describe one stored session, or None when absent."""
-        infos = await self._run_again(partial(pg.infos, sid=session_id), sid=session_id)
+        infos = await self._pool.run_again(partial(pg.infos, sid=session_id), sid=session_id)
         return infos[0] if infos else None
 
     async def delete(self, session_id: str) -> None:
         """Delete a session, its events and its lease (a live owner then loses it)."""
-        await self._run_again(partial(pg.delete, sid=session_id), sid=session_id)
+        await self._pool.run_again(partial(pg.delete, sid=session_id), sid=session_id)
 
     async def aclose(self) -> None:
         """Close the pooled connections; the store reconnects if used again."""
-        borrowers: list[object] = []
-        try:
-            for _ in range(_POOL_SIZE):  # holding every token: no thread is using a connection
-                borrower = object()
-                await self._limiter.acquire_on_behalf_of(borrower)
-                borrowers.append(borrower)
-            idle, self._idle = self._idle, []
-            for conn in idle:
-                await trio.to_thread.run_sync(conn.close)
-        finally:
-            for borrower in borrowers:
-                self._limiter.release_on_behalf_of(borrower)
-
-
-def _worth_retrying(exc: StoreError, *, any_error: bool = False) -> bool:
-    """A psycopg failure (wrapped by ``_run``) that a repeat on a new connection may cure."""
-    cause = exc.__cause__
-    if type(exc) is not StoreError or not isinstance(cause, psycopg.Error):
-        return False
-    return any_error or pg.retryable(cause)
+        await self._pool.aclose()

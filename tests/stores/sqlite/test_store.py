@@ -1,4 +1,4 @@
-"""``SqliteStore`` specifics beyond the shared contract: busy retries, checkpoints, the seam."""
+"""``stores/sqlite/store.py``: ``SqliteStore`` beyond the shared contract (busy retries, seams)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import trio
 
 from dsh_agent_loop.errors import SequenceConflictError, StoreError
 from dsh_agent_loop.events import Event, event_to_json
-from dsh_agent_loop.stores import SqliteStore, _sqlite_sync
-from dsh_agent_loop.stores import sqlite as sqlite_module
+from dsh_agent_loop.stores import SqliteStore
+from dsh_agent_loop.stores.sqlite import _sync as _sqlite_sync
 
-from .conftest import ev, header
+from ..conftest import ev, header
 
 
 async def stored(store: SqliteStore, sid: str) -> list[Any]:
@@ -58,24 +58,6 @@ async def test_busy_for_too_long_fails_the_flush_and_keeps_the_events(tmp_path: 
         assert await stored(store, "s1") == [ev(0)]
 
 
-async def test_wal_checkpoints_run_beside_commits_and_close_waits_for_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(sqlite_module, "_CHECKPOINT_EVERY", 3)
-    store = SqliteStore(tmp_path / "s.db")
-    handle = await store.create(header("s1"))
-    for i in range(10):
-        await handle.append([ev(i)])
-        await handle.flush()
-    await handle.close()
-    await store.aclose()  # waits for a checkpoint still running, closes its connection
-    assert store.statistics().checkpoints >= 1
-    assert store._checkpointer is None
-    assert store._checkpointing is None
-    async with SqliteStore(tmp_path / "s.db") as again:
-        assert len(await stored(again, "s1")) == 10
-
-
 async def test_connection_factory_is_used_for_every_connection(tmp_path: Path) -> None:
     opened: list[str] = []
 
@@ -89,7 +71,7 @@ async def test_connection_factory_is_used_for_every_connection(tmp_path: Path) -
         await handle.append([ev(0)])
         await handle.close()
         assert await stored(store, "s1") == [ev(0)]
-        assert isinstance(store._writer, Counting)
+        assert isinstance(store._connections.writer, Counting)
     assert len(opened) == 2  # the writer and the reader
 
 
@@ -183,32 +165,3 @@ async def test_a_commit_onto_events_another_writer_stored_is_refused(tmp_path: P
             await handle.flush()
         assert await stored(store, "s1") == [ev(0), ev(1, text="theirs")]
         await handle.abort()
-
-
-async def test_event_counts_come_from_the_events_not_the_summary_row(tmp_path: Path) -> None:
-    # Commits do not write the summary row's event_count (older files may carry any value).
-    path = tmp_path / "s.db"
-    async with SqliteStore(path) as store:
-        handle = await store.create(header("s1"))
-        await handle.append([ev(0), ev(1), ev(2)])
-        await handle.flush()
-        await handle.close()
-        empty = await store.create(header("never-flushed"))  # a summary row, no events
-        with sqlite3.connect(path, isolation_level=None) as raw:
-            raw.execute("UPDATE sessions SET event_count=99")
-        raw.close()
-        info = await store.stat("s1")
-        assert info is not None
-        assert info.event_count == 3
-        assert [i.session_id for i in await store.list()] == ["s1"]
-        assert await store.stat("never-flushed") is None
-        reopened = await store.open("s1", "write")
-        await reopened.append([ev(3)])  # the handle starts at the true count
-        await reopened.flush()
-        await reopened.close()
-        await empty.close()  # drops the empty session: it stays unknown
-        with sqlite3.connect(path, isolation_level=None) as raw:
-            names = [r[0] for r in raw.execute("SELECT session_id FROM sessions")]
-        raw.close()
-        assert names == ["s1"]
-        assert await stored(store, "s1") == [ev(0), ev(1), ev(2), ev(3)]

@@ -9,8 +9,9 @@ row must still carry the handle's token and the session's last stored seq must b
 before the handle's first staged event, or the handle inserts nothing. A session's event
 count is its last stored seq + 1 (seqs are gapless from 0: every commit checks it), read off
 the ``events`` primary key. A commit does not write the summary row (one more page in every
-commit's WAL frames cost about a fifth of the transaction), except to record a ``turn/end``;
-its ``event_count`` column is a leftover of the first schema and is not kept up to date.
+commit's WAL frames cost about a fifth of the transaction), except to record a ``turn/end``.
+Files made by the first schema also carry a ``sessions.event_count`` column; it was never kept
+up to date, is never read, and its default fills it on insert, so those files open as they are.
 ``acquire``, ``release`` and ``delete`` are idempotent for the token that runs them, so the
 store may repeat them after a failure.
 
@@ -27,20 +28,20 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, final
 
 import attrs
 
-from ..errors import (
+from ...errors import (
     SequenceConflictError,
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
     SessionNotFoundError,
     SessionOwnershipLostError,
 )
-from ..events import Event, event_from_json
-from ..session.store import SessionInfo
-from ._rows import corrupt, escape_surrogates, event_json, load_header, session_info, text_json
+from ...events import Event, event_from_json
+from ...session.store import SessionInfo
+from .._rows import corrupt, escape_surrogates, event_json, load_header, session_info, text_json
 
 __all__ = [
     "SCHEMA",
@@ -68,7 +69,6 @@ CREATE TABLE IF NOT EXISTS sessions (
     agent_id TEXT NOT NULL,
     created_at TEXT NOT NULL,
     header TEXT NOT NULL,
-    event_count INTEGER NOT NULL DEFAULT 0, -- not kept up to date (see above)
     last_turn_end TEXT
 );
 CREATE TABLE IF NOT EXISTS events (
@@ -107,6 +107,7 @@ _BUSY_CODES: Final = (5, 6)
 _CORRUPT_CODES: Final = (11, 26)
 
 
+@final
 @attrs.frozen
 class Owner:
     """A process as an owner: host, pid and start time (None without ``/proc``)."""
@@ -132,6 +133,7 @@ def event_row(session_id: str, event: Event) -> Row:
     )
 
 
+@final
 @attrs.frozen
 class Work:
     """One handle's part of a commit: its staged events, as rows, and where they must go."""

@@ -1,0 +1,14 @@
+"""``SqliteStore``: the embedded default backend (one SQLite file, WAL, group commit).
+
+Modules: ``store`` (the ``SessionStore``), ``_connections`` (the writer and reader
+connections, one worker-thread hop per call), ``_commit`` (the write path: group-commit rounds
+and how a failed one is settled), ``_checkpoint`` (the background WAL checkpoint and its
+thread), ``_sync`` (the schema and every transaction, trio-free).
+"""
+
+from __future__ import annotations
+
+from .store import SqliteStore as SqliteStore
+from .store import SqliteStoreStatistics as SqliteStoreStatistics
+
+__all__ = ["SqliteStore", "SqliteStoreStatistics"]

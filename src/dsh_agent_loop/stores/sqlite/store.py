@@ -1,0 +1,197 @@
+"""``SqliteStore``: every session of a process in one SQLite file, with group commit.
+
+Design. One writer connection per store serves all its sessions, so 10,000 live sessions
+hold two descriptors, not 10,000; a second connection serves reads (``_connections``). The
+transactions themselves live in ``_sync``, the commit path in ``_commit``, the background WAL
+checkpoint in ``_checkpoint``; this module wires them together behind ``SessionStore``.
+
+Ownership is an ``owners`` row per session: (host, pid, process start time, random token).
+Taking it happens in one ``BEGIN IMMEDIATE`` transaction, so exactly one of several racing
+processes wins. An owner whose process is gone, or whose pid now names a process with a
+different start time, is dead and is replaced at once; an owner in this same process is
+live (two handles on one session conflict here too).
+
+Any failure is a ``StoreError``, and only the sessions it concerns see it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import socket
+import sqlite3
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import Any, Literal, final, overload
+
+import attrs
+import trio
+
+from ..._frozen import freeze
+from ...errors import StoreError
+from ...events import Event
+from ...session.store import ReadHandle, SessionInfo, StoreStatistics, WriteHandle
+from .._handles import RELEASE_GRACE, StagedWriteHandle, StoreReadHandle
+from .._rows import load_header
+from . import _sync as sql
+from ._checkpoint import WalCheckpointer
+from ._commit import SqliteBackend, SqliteStaging
+from ._connections import Connections
+
+__all__ = ["SqliteStore", "SqliteStoreStatistics"]
+
+
+@final
+@attrs.frozen
+class SqliteStoreStatistics(StoreStatistics):
+    """Counters of a ``SqliteStore`` (since it was built)."""
+
+    checkpoints: int = 0
+    """Background WAL checkpoints finished."""
+
+
+@final
+class SqliteStore:
+    """Sessions in one SQLite database file (the embedded default backend).
+
+    Args:
+        path: The database file; created (with its parent directories) on first use.
+        durability: ``"normal"`` (``synchronous=NORMAL``: survives a process crash) or
+            ``"full"`` (``synchronous=FULL``: also survives power loss).
+        busy_timeout: Seconds to wait for another process's write lock.
+        close_timeout: Bound, in seconds, on a write handle's ``close``.
+        connection_factory: The ``sqlite3.Connection`` subclass to open connections with
+            (``sqlite3.connect(factory=...)``); tests pass one that injects faults.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: Literal["normal", "full"] = "normal",
+        busy_timeout: float = 5.0,
+        close_timeout: float = 10.0,
+        connection_factory: type[sqlite3.Connection] = sqlite3.Connection,
+    ) -> None:
+        if durability not in ("normal", "full"):
+            raise ValueError(f"durability must be 'normal' or 'full', not {durability!r}")
+        self._path = os.fspath(path)
+        self._close_timeout = close_timeout
+        self._connections = Connections(
+            self._path,
+            synchronous="FULL" if durability == "full" else "NORMAL",
+            busy_timeout=busy_timeout,
+            factory=connection_factory,
+        )
+        self._checkpointer = WalCheckpointer(self._connections)
+        self._backend = SqliteBackend(self._connections, self._checkpointer)
+        self._me: sql.Owner | None = None
+
+    async def __aenter__(self) -> SqliteStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def statistics(self) -> SqliteStoreStatistics:
+        """Return the store's commit counters."""
+        backend = self._backend
+        return SqliteStoreStatistics(
+            commits=backend.commits,
+            handles_committed=backend.handles_committed,
+            events_committed=backend.events_committed,
+            retries=backend.retries + self._connections.retries,
+            checkpoints=self._checkpointer.checkpoints,
+        )
+
+    async def _whoami(self) -> sql.Owner:
+        """This process as an owner (host, pid, start time), computed once."""
+        if self._me is None:
+            pid = os.getpid()
+            start_time = await self._connections.hop(lambda: sql.process_start_time(pid)[1])
+            self._me = sql.Owner(socket.gethostname(), pid, start_time)
+        return self._me
+
+    def _handle(self, sid: str, header: Mapping[str, Any], token: str, count: int) -> WriteHandle:
+        staging = SqliteStaging(sid, token, count)
+        return StagedWriteHandle(self._backend, staging, header, self._close_timeout)
+
+    async def _read_range(self, sid: str, start: int, stop: int | None) -> list[Event]:
+        return await self._connections.on_reader(
+            partial(sql.events, sid=sid, start=start, stop=stop)
+        )
+
+    # --- SessionStore ---
+
+    async def create(
+        self, header: Mapping[str, Any], *, inherited_events: Sequence[Event] = ()
+    ) -> WriteHandle:
+        """Create a session and take write ownership of it.
+
+        Raises:
+            SessionAlreadyExistsError: the id has stored events.
+            SessionAlreadyOwnedError: a live writer holds the (not yet flushed) id.
+        """
+        frozen = freeze(dict(header))
+        sid = str(frozen["session_id"])
+        me, token = await self._whoami(), secrets.token_hex(16)
+        acquire = partial(sql.acquire, sid=sid, me=me, token=token, header=frozen)
+        await self._connections.on_writer(acquire)
+        handle = self._handle(sid, frozen, token, 0)
+        if inherited_events:
+            await handle.append(list(inherited_events))
+        return handle
+
+    @overload
+    async def open(self, session_id: str, mode: Literal["write"]) -> WriteHandle: ...
+    @overload
+    async def open(self, session_id: str, mode: Literal["read"] = "read") -> ReadHandle: ...
+    async def open(
+        self, session_id: str, mode: Literal["read", "write"] = "read"
+    ) -> ReadHandle | WriteHandle:
+        """Open a stored session for reading, or for writing (taking ownership).
+
+        Raises:
+            SessionNotFoundError: no stored event for ``session_id``.
+            SessionAlreadyOwnedError: ``mode="write"`` and a live writer owns it.
+        """
+        connections = self._connections
+        if mode == "read":
+            header = await connections.on_reader(partial(sql.header, sid=session_id))
+            return StoreReadHandle(session_id, header, partial(self._read_range, session_id))
+        me, token = await self._whoami(), secrets.token_hex(16)
+        acquire = partial(sql.acquire, sid=session_id, me=me, token=token, header=None)
+        count, header_json = await connections.on_writer(acquire)
+        try:
+            header = load_header(header_json, session_id)
+        except StoreError:  # corrupt: give the ownership just taken back
+            release = partial(sql.release, sid=session_id, token=token, drop_if_empty=False)
+            with (  # best effort: the corruption is what is reported
+                trio.CancelScope(shield=True),
+                trio.move_on_after(RELEASE_GRACE),
+                contextlib.suppress(StoreError),
+            ):
+                await connections.on_writer(release)
+            raise
+        return self._handle(session_id, header, token, count)
+
+    async def list(self) -> list[SessionInfo]:
+        """List stored sessions (those with at least one stored event), oldest first."""
+        return await self._connections.on_reader(partial(sql.infos, sid=None))
+
+    async def stat(self, session_id: str) -> SessionInfo | None:
+        """Describe one stored session, or None when absent."""
+        infos = await self._connections.on_reader(partial(sql.infos, sid=session_id))
+        return infos[0] if infos else None
+
+    async def delete(self, session_id: str) -> None:
+        """Delete a session, its events and its owner row (a live owner then loses it)."""
+        await self._connections.on_writer(partial(sql.delete, sid=session_id))
+
+    async def aclose(self) -> None:
+        """Close the connections and end the checkpoint thread; the store reconnects if used."""
+        connections = self._connections
+        async with connections.writer_lock, connections.reader_lock:
+            await self._checkpointer.aclose()
+            await connections.close()
