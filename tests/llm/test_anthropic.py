@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from dsh_agent_loop import AgentOptions, MemoryStore, open_runtime
 from dsh_agent_loop._frozen import FrozenDict, freeze
+from dsh_agent_loop.config import AnthropicProviderConfig, load_config
 from dsh_agent_loop.llm.anthropic import (
     AnthropicAdapter,
     AnthropicStreamDecoder,
@@ -303,18 +304,18 @@ async def test_missing_key_names_the_env_var(monkeypatch: pytest.MonkeyPatch) ->
 
 async def test_overrides_from_config(server: LoopbackServer) -> None:
     server.push(Reply.sse(transcript("anthropic_text")))
-    adapter = adapter_from_config(
-        "claude",
-        {
-            "kind": "anthropic",
-            "base_url": server.url,
-            "api_key_env": None,
-            "headers": {"anthropic-beta": "x"},
-            "models": {
-                "my-claude": {"context_window": 1000, "max_tokens": 500, "reasoning_effort": "low"}
-            },
+    section = {
+        "kind": "anthropic",
+        "base_url": server.url,
+        "api_key_env": None,
+        "headers": {"anthropic-beta": "x"},
+        "models": {
+            "my-claude": {"context_window": 1000, "max_tokens": 500, "reasoning_effort": "low"}
         },
-    )
+    }
+    record = load_config({"providers": {"claude": section}}).providers["claude"]
+    assert isinstance(record, AnthropicProviderConfig)
+    adapter = adapter_from_config("claude", record)
     assert isinstance(adapter, AnthropicAdapter)
     async with closing(adapter):
         prepared = await adapter.prepare_call(cfg("my-claude"))

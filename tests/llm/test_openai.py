@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh_agent_loop._frozen import FrozenDict, freeze
+from dsh_agent_loop.config import OpenAIProviderConfig, load_config
+from dsh_agent_loop.errors import ConfigError
 from dsh_agent_loop.llm.base import (
     BlockEnd,
     BlockStart,
@@ -23,6 +25,7 @@ from dsh_agent_loop.llm.base import (
 )
 from dsh_agent_loop.llm.openai import OpenAIAdapter, OpenAIStreamDecoder, openai_messages
 from dsh_agent_loop.llm.providers import adapter_from_config
+from dsh_agent_loop.llm.scripted import ScriptedModel
 from dsh_agent_loop.llm.sse import SSEParser
 
 from .server import (
@@ -380,20 +383,20 @@ async def test_closed_adapter_reopens_lazily(server: LoopbackServer) -> None:
 async def test_adapter_from_config(server: LoopbackServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEST_CFG_KEY", "k")
     server.push(Reply.sse(transcript("openai_text")))
-    adapter = adapter_from_config(
-        "deepseek",
-        {
-            "kind": "openai",
-            "base_url": server.url + "//",
-            "api_key_env": "TEST_CFG_KEY",
-            "headers": {"x-a": "b"},
-            "timeout": {"connect": 5, "read": 30},
-            "stream_usage": False,
-            "system_prompt_update": "head",
-            "context_window": 4096,
-            "models": {"deepseek-chat": {"max_tokens": 100}},
-        },
-    )
+    section = {
+        "kind": "openai",
+        "base_url": server.url + "//",
+        "api_key_env": "TEST_CFG_KEY",
+        "headers": {"x-a": "b"},
+        "timeout": {"connect": 5, "read": 30},
+        "stream_usage": False,
+        "system_prompt_update": "head",
+        "context_window": 4096,
+        "models": {"deepseek-chat": {"max_tokens": 100}},
+    }
+    record = load_config({"providers": {"deepseek": section}}).providers["deepseek"]
+    assert isinstance(record, OpenAIProviderConfig)
+    adapter = adapter_from_config("deepseek", record)
     assert isinstance(adapter, OpenAIAdapter)
     async with closing(adapter):
         prepared = await adapter.prepare_call(cfg("deepseek-chat"))
@@ -410,7 +413,6 @@ async def test_adapter_from_config(server: LoopbackServer, monkeypatch: pytest.M
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"kind": "scripted"}, "providers.x.kind: unknown provider kind 'scripted'"),
         ({"kind": "openai", "bogus": 1}, "providers.x.bogus: unknown key"),
         (
             {"kind": "openai", "timeout": {"connect": 1, "write": 2}},
@@ -421,24 +423,39 @@ async def test_adapter_from_config(server: LoopbackServer, monkeypatch: pytest.M
             "providers.x.timeout.read: must be a positive",
         ),
         ({"kind": "openai", "base_url": "ftp://x"}, "providers.x.base_url: must be an http"),
-        ({"kind": "openai", "stream_usage": "yes"}, "providers.x.stream_usage: must be a boolean"),
+        (
+            {"kind": "openai", "stream_usage": "yes"},
+            "providers.x.stream_usage: expected a boolean",
+        ),
         ({"kind": "openai", "context_window": 0}, "providers.x.context_window: must be a positive"),
         ({"kind": "openai", "models": {"m": {"foo": 1}}}, "providers.x.models.m.foo: unknown key"),
         ({"kind": "openai", "system_prompt_update": "x"}, "providers.x.system_prompt_update"),
-        ({"kind": "anthropic", "stream_usage": True}, "providers.x.stream_usage: unknown key"),
+        (
+            {"kind": "anthropic", "stream_usage": True},
+            "providers.x.stream_usage: only valid for kind 'openai'",
+        ),
         (
             {"kind": "anthropic", "system_prompt_update": "in-history"},
-            "providers.x.system_prompt_update",
+            "providers.x.system_prompt_update: anthropic takes one system prompt",
         ),
         (
             {"kind": "openai", "headers": {"a": 1}},
-            "providers.x.headers.a: must be a non-empty string",
+            "providers.x.headers.a: expected a string, got integer",
         ),
     ],
 )
-def test_adapter_from_config_rejects(config: dict[str, object], message: str) -> None:
-    with pytest.raises(ValueError, match="^" + message.replace(".", r"\.").replace("(", r"\(")):
-        adapter_from_config("x", config)
+def test_provider_sections_are_rejected_at_load(config: dict[str, object], message: str) -> None:
+    """Adapters are built only from validated records: a bad section fails at load."""
+    with pytest.raises(ConfigError) as info:
+        load_config({"providers": {"x": config}})
+    assert str(info.value).startswith(f"<config>: {message}")
+
+
+def test_adapter_from_config_takes_only_a_validated_record() -> None:
+    with pytest.raises(TypeError, match="expected a validated provider record, not a mapping"):
+        adapter_from_config("x", {"kind": "openai"})  # type: ignore[arg-type]
+    record = load_config({"providers": {"x": {"kind": "scripted"}}}).providers["x"]
+    assert isinstance(adapter_from_config("x", record), ScriptedModel)
 
 
 TRANSCRIPTS = [

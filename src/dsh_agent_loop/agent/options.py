@@ -14,13 +14,19 @@ __all__ = ["AgentOptions", "TurnBudget"]
 @final
 @attrs.frozen
 class TurnBudget:
-    """Per-turn limits; exceeding one aborts the turn with cause ``hook`` (SPEC §16)."""
+    """Per-turn limits; exceeding one aborts the turn with cause ``hook`` (SPEC §16).
+
+    The one budget record: agent options carry it, and the config (``turnBudget``) loads into it.
+    """
 
     max_steps: int | None = None
+    """Steps per turn."""
     max_tool_calls: int | None = None
+    """Tool calls per turn."""
     max_total_tokens: int | None = None
     """Input plus output tokens over the turn."""
     max_seconds: float | None = None
+    """Wall-clock (or runtime-clock) seconds per turn."""
 
 
 @final

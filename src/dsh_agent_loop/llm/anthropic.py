@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 
+import attrs
 import httpx
 
 from ._http import (
@@ -57,6 +58,9 @@ from .base import (
 )
 from .models import lookup_model, resolve_model
 from .sse import SSEEvent
+
+if TYPE_CHECKING:
+    from ..config import AnthropicProviderConfig
 
 __all__ = [
     "THINKING_BUDGETS",
@@ -528,6 +532,36 @@ class AnthropicAdapter:
         self._pool = ClientPool(
             headers={"anthropic-version": API_VERSION, **(headers or {})},
             timeout=timeout,
+            transport=transport,
+        )
+
+    @classmethod
+    def from_config(
+        cls,
+        name: str,
+        config: AnthropicProviderConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> AnthropicAdapter:
+        """Build from a ``kind: anthropic`` provider record the config layer has validated.
+
+        Args:
+            name: The provider (route) name.
+            config: The validated record (``load_config(...).providers[name]``); without
+                ``api_key_env`` no key is sent.
+            transport: An httpx transport for the adapter's client (tests).
+        """
+        return cls(
+            name,
+            base_url=config.base_url or DEFAULT_BASE_URL,
+            api_key_env=config.api_key_env or None,
+            headers=config.headers,
+            timeout=(config.timeout.connect, config.timeout.read),
+            context_window=config.context_window,
+            models={
+                model: attrs.asdict(entry, filter=lambda _, value: value is not None)
+                for model, entry in config.models.items()
+            },
             transport=transport,
         )
 

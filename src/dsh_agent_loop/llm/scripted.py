@@ -15,7 +15,7 @@ import itertools
 import json
 import re
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, final
+from typing import TYPE_CHECKING, Any, Literal, final
 
 import attrs
 import trio
@@ -37,6 +37,9 @@ from .base import (
     make_tool_call_start,
     make_usage,
 )
+
+if TYPE_CHECKING:
+    from ..config import ScriptedProviderConfig, ScriptedReplyConfig
 
 __all__ = ["Reply", "ScriptedModel"]
 
@@ -126,13 +129,12 @@ class Reply:
         return cls(content=after_text, kind="hang")
 
     @classmethod
-    def from_config(cls, entry: Mapping[str, Any]) -> Reply:
-        """Build from a config entry ``{text?, reasoning?, tool_calls?: [{name, arguments}]}``."""
-        calls = [(c["name"], c.get("arguments", {})) for c in entry.get("tool_calls", ()) or ()]
+    def from_config(cls, entry: ScriptedReplyConfig) -> Reply:
+        """Build from a validated reply record ``{text?, reasoning?, tool_calls?}``."""
         return cls(
-            content=entry.get("text") or "",
-            thinking=entry.get("reasoning"),
-            calls=cls._calls(calls),
+            content=entry.text or "",
+            thinking=entry.reasoning,
+            calls=cls._calls((call.name, call.arguments) for call in entry.tool_calls),
         )
 
 
@@ -173,14 +175,16 @@ class ScriptedModel:
         self._plans: dict[int, tuple[Reply, _Plan]] = {}
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> ScriptedModel:
-        """Build from a ``kind: scripted`` provider config section."""
+    def from_config(cls, config: ScriptedProviderConfig) -> ScriptedModel:
+        """Build from a ``kind: scripted`` provider record the config layer has validated."""
         return cls(
-            [Reply.from_config(r) for r in config.get("replies", ()) or ()],
-            latency=float(config.get("latency_ms", 0) or 0) / 1000.0,
-            system_prompt_update=config.get("system_prompt_update"),
-            loop=bool(config.get("loop", False)),
-            context_window=config.get("context_window"),
+            [Reply.from_config(reply) for reply in config.replies],
+            latency=config.latency_ms / 1000.0,
+            system_prompt_update=(
+                "in-history" if config.system_prompt_update == "in-history" else None
+            ),
+            loop=config.loop,
+            context_window=config.context_window,
         )
 
     def add(self, *entries: ScriptEntry) -> None:

@@ -1,0 +1,123 @@
+"""Agent declarations: the plugin's ``config`` block, its ``agents[]`` and their turn budgets.
+
+The block keeps the seed's camelCase keys. ``TurnBudget`` is the public record agents are
+created with (``agent.options``); the config reads it with the rules below attached, so a budget
+loaded from a file and one given in code are the same class.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Final, final
+
+import attrs
+
+from ..agent.options import TurnBudget
+from ._rules import Fault, KeyPath, NonEmptyStr, PositiveInt, PositiveNumber, to_tuple
+
+__all__ = [
+    "PLUGIN_NAME",
+    "TURN_BUDGET_RULES",
+    "AgentEntry",
+    "LoopConfig",
+    "SettingsLayer",
+    "TurnBudget",
+    "agent_faults",
+    "resolve_path",
+]
+
+#: The ``name`` of this library's entry in the config file's ``plugins:`` list.
+PLUGIN_NAME: Final = "@deepseek-ai/dsh-agent-loop"
+
+#: The single-value rules of ``TurnBudget``'s fields when read from a config.
+TURN_BUDGET_RULES: Final[Mapping[str, Any]] = {
+    "max_steps": PositiveInt | None,
+    "max_tool_calls": PositiveInt | None,
+    "max_total_tokens": PositiveInt | None,
+    "max_seconds": PositiveNumber | None,
+}
+
+
+@final
+@attrs.frozen
+class AgentEntry:
+    """One declared agent (``agents[]`` in the plugin config block)."""
+
+    id: NonEmptyStr
+    """Stable label; unique among declared agents."""
+    provider: NonEmptyStr | None = None
+    model: NonEmptyStr | None = None
+    reasoning_effort: NonEmptyStr | None = None
+    max_tokens: PositiveInt | None = None
+    """Per-request output-token cap."""
+    cwd: NonEmptyStr | None = None
+    """Working directory of the agent's tools (as written; relative to the process cwd)."""
+    session_id: NonEmptyStr | None = None
+    """Resume-or-create this session."""
+    resume_session_id: NonEmptyStr | None = None
+    """Resume this session, which must exist."""
+    persona: str | None = None
+    persona_file: NonEmptyStr | None = None
+    """Persona text file; made absolute at load (relative to the config file's directory)."""
+    tools: tuple[NonEmptyStr, ...] | None = None
+    """Tool names from the registry (built-ins only when named); None = every runtime tool."""
+    turn_budget: TurnBudget | None = None
+
+
+@final
+@attrs.frozen
+class LoopConfig:
+    """The plugin's ``config`` block."""
+
+    max_parallel_tool_calls: PositiveInt | None = None
+    persona: str | None = None
+    """Runtime persona."""
+    turn_budget: TurnBudget | None = None
+    """Default budget of agents that set none."""
+    agents: tuple[AgentEntry, ...] = attrs.field(default=(), converter=to_tuple)
+
+
+@final
+@attrs.frozen
+class SettingsLayer:
+    """One settings layer (the user layer, a settings file): the plugin block minus agents."""
+
+    max_parallel_tool_calls: PositiveInt | None = None
+    persona: str | None = None
+    turn_budget: TurnBudget | None = None
+
+
+def resolve_path(base_dir: str, path: str) -> str:
+    """``path`` (``~`` expanded) relative to ``base_dir``, normalised."""
+    return os.path.normpath(os.path.join(base_dir, os.path.expanduser(path)))
+
+
+def agent_faults(
+    agents: Sequence[Any], path: KeyPath, known: frozenset[str], base_dir: str
+) -> Iterator[Fault]:
+    """Rules across the fields of ``agents[]`` and their context, on the raw tree."""
+    first_index: dict[str, int] = {}
+    for index, agent in enumerate(agents):
+        if not isinstance(agent, Mapping):
+            continue
+        at = (*path, index)
+        agent_id = agent.get("id")
+        if isinstance(agent_id, str):
+            if agent_id in first_index:
+                first = first_index[agent_id]
+                yield (*at, "id"), f"duplicate agent id {agent_id!r} (also agents[{first}])"
+            first_index.setdefault(agent_id, index)
+        if agent.get("sessionId") is not None and agent.get("resumeSessionId") is not None:
+            yield (*at, "resumeSessionId"), "cannot be combined with sessionId"
+        persona_file = agent.get("personaFile")
+        if agent.get("persona") is not None and persona_file is not None:
+            yield (*at, "personaFile"), "cannot be combined with persona"
+        elif isinstance(persona_file, str) and persona_file.strip():
+            resolved = resolve_path(base_dir, persona_file)
+            if not os.path.isfile(resolved):
+                yield (*at, "personaFile"), f"file not found: {resolved}"
+        provider = agent.get("provider")
+        if isinstance(provider, str) and provider.strip() and provider not in known:
+            names = ", ".join(sorted(known)) if known else "none configured"
+            yield (*at, "provider"), f"unknown provider {provider!r} (known: {names})"

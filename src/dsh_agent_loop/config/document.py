@@ -1,0 +1,49 @@
+"""The config document: ``RuntimeConfig``, the whole file shape once loaded and validated."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import final
+
+import attrs
+
+from .._frozen import FrozenDict
+from ._rules import StoreUrl, frozen_map
+from .agents import AgentEntry, LoopConfig
+from .providers import ProviderConfig
+
+__all__ = ["FileShape", "PluginEntry", "RuntimeConfig"]
+
+
+@final
+@attrs.frozen
+class RuntimeConfig:
+    """A loaded, validated config file."""
+
+    plugin: LoopConfig = attrs.field(factory=LoopConfig)
+    store: StoreUrl | None = None
+    providers: Mapping[str, ProviderConfig] = attrs.field(factory=FrozenDict, converter=frozen_map)
+    source: str = "<config>"
+    """Label used in error messages: the file path, or ``<config>``."""
+
+    @property
+    def agents(self) -> tuple[AgentEntry, ...]:
+        """The declared agents."""
+        return self.plugin.agents
+
+
+@attrs.frozen
+class PluginEntry:
+    """One entry of ``plugins:`` (only this library's is read)."""
+
+    name: str
+    config: LoopConfig = attrs.field(factory=LoopConfig)
+
+
+@attrs.frozen
+class FileShape:
+    """The file as written: ``plugins``, ``store``, ``providers``."""
+
+    plugins: tuple[PluginEntry, ...] = ()
+    store: StoreUrl | None = None
+    providers: Mapping[str, ProviderConfig] = attrs.field(factory=FrozenDict, converter=frozen_map)

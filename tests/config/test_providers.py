@@ -1,0 +1,222 @@
+"""Tests for dsh_agent_loop.config.providers: the providers section, one union over kind."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh_agent_loop import open_runtime
+from dsh_agent_loop._frozen import FrozenDict
+from dsh_agent_loop.config import (
+    AnthropicProviderConfig,
+    ModelConfig,
+    OpenAIProviderConfig,
+    ScriptedProviderConfig,
+    ScriptedToolCallConfig,
+    TimeoutConfig,
+    converter,
+    load_config,
+)
+from dsh_agent_loop.llm.anthropic import AnthropicAdapter
+from dsh_agent_loop.llm.openai import OpenAIAdapter
+from dsh_agent_loop.llm.providers import adapter_from_config
+from dsh_agent_loop.llm.scripted import ScriptedModel
+
+from .helpers import error_of
+
+
+def test_provider_keys(tmp_path: Path) -> None:
+    raw = {
+        "kind": "anthropic",
+        "base_url": "https://example.test",
+        "headers": {"X-Team": "a"},
+        "timeout": {"connect": 2},
+        "system_prompt_update": "head",
+        "context_window": 1000,
+        "models": {"claude-x": {"context_window": 9, "max_tokens": 8, "reasoning_effort": "low"}},
+    }
+    provider = load_config({"providers": {"a": raw}}).providers["a"]
+    assert provider.timeout == TimeoutConfig(connect=2.0, read=300.0)
+    assert provider.headers == {"X-Team": "a"}
+    assert provider.models["claude-x"] == ModelConfig(
+        context_window=9, max_tokens=8, reasoning_effort="low"
+    )
+    assert provider.system_prompt_update == "head"
+    assert isinstance(provider, AnthropicProviderConfig)
+    openai = load_config({"providers": {"o": {"kind": "openai", "stream_usage": False}}})
+    assert openai.providers["o"] == OpenAIProviderConfig(stream_usage=False)
+    scripted = {
+        "kind": "scripted",
+        "replies": [
+            {"reasoning": "hm", "tool_calls": [{"name": "t", "arguments": {"x": [1, {"y": 2}]}}]}
+        ],
+    }
+    reply = load_config({"providers": {"s": scripted}}).providers["s"].replies[0]
+    assert reply.tool_calls == (ScriptedToolCallConfig(name="t", arguments={"x": [1, {"y": 2}]}),)
+    assert isinstance(reply.tool_calls[0].arguments, FrozenDict)
+
+
+def test_reply_tool_call_arguments_default_to_empty() -> None:
+    source = {
+        "providers": {"s": {"kind": "scripted", "replies": [{"tool_calls": [{"name": "t"}]}]}}
+    }
+    reply = load_config(source).providers["s"].replies[0]
+    assert reply.tool_calls[0].arguments == {}
+    bad = {
+        "providers": {
+            "s": {"kind": "scripted", "replies": [{"tool_calls": [{"name": "t", "arguments": 1}]}]}
+        }
+    }
+    assert error_of(bad) == (
+        "<config>: providers.s.replies[0].tool_calls[0].arguments: expected a mapping, got integer"
+    )
+
+
+REJECTIONS: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "unknown provider key (camelCase in the snake_case section)",
+        {"providers": {"p": {"kind": "openai", "baseUrl": "x"}}},
+        "providers.p.baseUrl: unknown key (allowed: kind, base_url, api_key_env, headers, "
+        "timeout, stream_usage, system_prompt_update, context_window, reasoning_replay, models, "
+        "replies, latency_ms, loop)",
+    ),
+    (
+        "provider base_url that is not http",
+        {"providers": {"p": {"kind": "openai", "base_url": "file:///etc"}}},
+        "providers.p.base_url: must be an http:// or https:// URL",
+    ),
+    (
+        "anthropic base_url without a host",
+        {"providers": {"p": {"kind": "anthropic", "base_url": "https://"}}},
+        "providers.p.base_url: must be an http:// or https:// URL",
+    ),
+    (
+        "unknown provider kind",
+        {"providers": {"g": {"kind": "gemini"}}},
+        "providers.g.kind: unknown provider kind 'gemini' (expected openai, anthropic or scripted)",
+    ),
+    (
+        "provider without kind",
+        {"providers": {"g": {"base_url": "x"}}},
+        "providers.g.kind: required key missing",
+    ),
+    (
+        "scripted keys on an HTTP provider",
+        {"providers": {"p": {"kind": "openai", "loop": True}}},
+        "providers.p.loop: only valid for kind 'scripted'",
+    ),
+    (
+        "HTTP keys on a scripted provider",
+        {"providers": {"p": {"kind": "scripted", "api_key_env": "K"}}},
+        "providers.p.api_key_env: not valid for kind 'scripted'",
+    ),
+    (
+        "stream_usage on an anthropic provider",
+        {"providers": {"p": {"kind": "anthropic", "stream_usage": False}}},
+        "providers.p.stream_usage: only valid for kind 'openai'",
+    ),
+    (
+        "in-history on an anthropic provider",
+        {"providers": {"p": {"kind": "anthropic", "system_prompt_update": "in-history"}}},
+        "providers.p.system_prompt_update: anthropic takes one system prompt: 'head'",
+    ),
+    (
+        "negative latency",
+        {"providers": {"s": {"kind": "scripted", "latency_ms": -1}}},
+        "providers.s.latency_ms: must be a non-negative number",
+    ),
+    (
+        "bad system_prompt_update",
+        {"providers": {"s": {"kind": "scripted", "system_prompt_update": "tail"}}},
+        "providers.s.system_prompt_update: must be one of 'in-history', 'head', got 'tail'",
+    ),
+    (
+        "header value not a string",
+        {"providers": {"p": {"kind": "openai", "headers": {"X-N": 1}}}},
+        "providers.p.headers.X-N: expected a string, got integer",
+    ),
+    (
+        "provider name with a dot is quoted in the path",
+        {"providers": {"a.b": {"kind": "x"}}},
+        "providers['a.b'].kind: unknown provider kind 'x' (expected openai, anthropic or scripted)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [pytest.param(src, exp, id=name) for name, src, exp in REJECTIONS],
+)
+def test_provider_rejection_rules(source: dict[str, Any], expected: str) -> None:
+    before = copy.deepcopy(source)
+    assert error_of(source) == f"<config>: {expected}"
+    assert source == before
+
+
+# --- validated once ---------------------------------------------------------------------------
+
+
+def test_each_kind_has_its_own_record() -> None:
+    config = load_config(
+        {
+            "providers": {
+                "o": {"kind": "openai", "reasoning_replay": "always"},
+                "a": {"kind": "anthropic", "api_key_env": "K"},
+                "s": {"kind": "scripted", "loop": True},
+            }
+        }
+    )
+    assert config.providers["o"] == OpenAIProviderConfig(reasoning_replay="always")
+    assert config.providers["a"] == AnthropicProviderConfig(api_key_env="K")
+    assert config.providers["s"] == ScriptedProviderConfig(loop=True)
+    assert converter.unstructure(config)["providers"] == {
+        "o": {"kind": "openai", "reasoning_replay": "always"},
+        "a": {"kind": "anthropic", "api_key_env": "K"},
+        "s": {"kind": "scripted", "loop": True},
+    }
+
+
+async def test_adapters_are_built_from_the_validated_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The runtime hands each adapter's ``from_config`` the very record ``load_config`` made:
+    no round trip through a mapping, so nothing downstream validates the section again."""
+    seen: list[tuple[str, object]] = []
+
+    def spy(cls: type) -> None:
+        real = cls.__dict__["from_config"].__func__
+
+        def from_config(klass: type, *args: Any, **kwargs: Any) -> Any:
+            seen.append((klass.__name__, args[-1]))
+            return real(klass, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "from_config", classmethod(from_config))
+
+    for cls in (OpenAIAdapter, AnthropicAdapter, ScriptedModel):
+        spy(cls)
+    config = load_config(
+        {
+            "providers": {
+                "o": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1"},
+                "a": {"kind": "anthropic"},
+                "s": {"kind": "scripted", "replies": [{"text": "hi"}]},
+            }
+        }
+    )
+    async with open_runtime(config) as rt:
+        assert rt.config is config
+    assert [kind for kind, _ in seen] == ["OpenAIAdapter", "AnthropicAdapter", "ScriptedModel"]
+    for (_, record), name in zip(seen, ("o", "a", "s"), strict=True):
+        assert record is config.providers[name]
+
+
+def test_adapter_from_config_refuses_a_raw_section() -> None:
+    with pytest.raises(TypeError, match="expected a validated provider record"):
+        adapter_from_config("s", {"kind": "scripted"})  # type: ignore[arg-type]
+    record = load_config({"providers": {"s": {"kind": "scripted", "latency_ms": 5}}})
+    model = adapter_from_config("s", record.providers["s"])
+    assert isinstance(model, ScriptedModel)
+    assert model.latency == 0.005
