@@ -215,10 +215,10 @@ def test_a_scope_forgets_its_registrations_on_close():
 
     scope.waterfall("w", mw)
     scope.serial("s", serial)
-    assert len(bus._fns("on", "e")) == 2
+    assert len(bus.listeners("on", "e")) == 2
     scope.close()
     scope.close()
-    assert len(bus._fns("on", "e")) == 1
+    assert len(bus.listeners("on", "e")) == 1
     assert not bus.has("waterfall", "w")
     assert not bus.has("serial", "s")
     outside()
@@ -366,3 +366,50 @@ async def test_raising_observers_never_stop_an_agent_or_its_neighbours(autojump_
     assert {r.exc_info[1].args[0] for r in logged if r.exc_info} == {
         f"{name} observer broke" for name in WATCHED
     }
+
+
+def test_bus_queries_are_public_and_exact():
+    bus = HookBus()
+    assert not bus.has("on", "e")
+    assert not bus.any("waterfall")
+    assert bus.listeners("on", "e") == []
+    seen = []
+    dispose = bus.on("e", seen.append)
+    bus.waterfall("w", lambda p, nxt: nxt(p))
+    assert bus.has("on", "e")
+    assert not bus.has("serial", "e")
+    assert bus.any("waterfall")
+    assert bus.listeners("on", "e") == [seen.append]
+    bus.emit("e", 1)
+    assert seen == [1]
+    dispose()
+    assert not bus.has("on", "e")
+    assert bus.listeners("on", "e") == []
+
+
+def test_a_chain_answers_for_every_shape_of_buses():
+    outer, inner, third = HookBus(), HookBus(), HookBus()
+    third.serial("s", lambda p: None)
+    assert not HookChain().has("serial", "s")
+    assert not HookChain(outer, inner).any("serial")
+    assert HookChain(outer, inner, third).has("serial", "s")
+    assert HookChain(outer, inner, third).any("serial")
+    assert HookChain(third).has("serial", "s")
+    inner.on("x", lambda e: None)
+    assert HookChain(outer, inner).has("on", "x")
+    assert not HookChain(outer, inner).has("on", "y")
+
+
+def test_only_the_bus_reads_its_listener_tables():
+    import ast
+    import inspect
+
+    import dsh_agent_loop.hooks as hooks_module
+
+    tree = ast.parse(inspect.getsource(hooks_module))
+    readers = set()
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        for node in ast.walk(cls):
+            if isinstance(node, ast.Attribute) and node.attr == "_lists":
+                readers.add(cls.name)
+    assert readers == {"HookBus"}

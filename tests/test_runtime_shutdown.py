@@ -529,3 +529,36 @@ async def _hang_then_stall(rt: Any, store: _StallingStore) -> None:
     store.stall.set()
     handle.agent.followup("go")
     await trio.sleep(1)
+
+
+# -- a driver that fails still lets its writer commit and close ------------------------------------
+async def test_a_failing_driver_closes_its_writer_and_fails_the_runtime(
+    autojump_clock, monkeypatch
+):
+    from dsh_agent_loop.agent.driver import Agent
+
+    def broken(self: Any) -> bool:
+        raise RuntimeError("driver bug")
+
+    monkeypatch.setattr(Agent, "has_work", broken)  # the driver asks it once woken
+    store = MemoryStore()
+    created: list[str] = []
+
+    async def body() -> None:
+        async with _runtime(ScriptedModel([]), store=store) as rt:
+            handle = await rt.agents.create(options=OPTIONS)
+            created.append(handle.agent.session_id)
+            handle.agent.followup("go")
+            await trio.sleep_forever()
+
+    start = trio.current_time()
+    with pytest.raises(BaseExceptionGroup) as info:
+        await body()
+    [sid] = created
+    assert info.value.subgroup(lambda e: isinstance(e, RuntimeError)) is not None
+    assert trio.current_time() - start < 10  # no bounded wait ran out: the writer closed at once
+    stat = await store.stat(sid)
+    assert stat is not None
+    assert stat.event_count == 2  # the seed and the prompt, committed by the final commit
+    again = await store.open(sid, "write")  # the writer released ownership
+    await again.close()

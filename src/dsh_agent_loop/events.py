@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final, Protocol
 
 import attrs
-import cattrs
 
 from ._frozen import FrozenDict, freeze
+from ._slots import slot_constructor
 
 __all__ = [
     "DURABLE_TYPES",
     "SURFACE_TYPES",
     "Event",
-    "converter",
+    "event_from_dict",
     "event_from_json",
+    "event_to_dict",
     "event_to_json",
 ]
 
@@ -90,8 +91,6 @@ HOOK_TOOLS_EXECUTE: Final = "tools/execute"
 HOOK_TOOLS_POST_EXECUTE: Final = "tools/post-execute"
 HOOK_TOOLS_RESULT: Final = "tools/result"
 
-SurfaceOp = Literal["append"] | Mapping[str, Any] | None
-
 
 def _freeze_data(value: Mapping[str, Any]) -> FrozenDict:
     frozen = freeze(value)
@@ -142,78 +141,62 @@ class Event:
         )
 
 
-# Slot setters of the frozen class: the hot path fills a new instance through them directly
-# (about half the cost of ``object.__setattr__``), skipping the converters on purpose.
-_new = object.__new__
-_set_type, _set_seq, _set_time, _set_data, _set_ignorable, _set_op, _set_sources = (
-    Event.__dict__[name].__set__
-    for name in ("type", "seq", "time", "data", "ignorable", "surface_op", "source_event_seqs")
+class _MakeEvent(Protocol):
+    def __call__(
+        self,
+        type: str,
+        seq: int | None,
+        time: float,
+        data: FrozenDict,
+        surface_op: Any = None,
+        source_event_seqs: tuple[int, ...] | None = None,
+        ignorable: bool = False,
+    ) -> Event: ...
+
+
+#: Builds an ``Event`` from already-frozen parts without re-freezing (the hot path): its slots
+#: are written directly, skipping the converters on purpose. Arguments: ``type, seq, time, data,
+#: surface_op=None, source_event_seqs=None, ignorable=False``.
+make_event: Final[_MakeEvent] = slot_constructor(
+    Event, ("type", "seq", "time", "data", "surface_op", "source_event_seqs", "ignorable")
 )
 
 
-def make_event(
-    type: str,
-    seq: int | None,
-    time: float,
-    data: FrozenDict,
-    surface_op: Any = None,
-    source_event_seqs: tuple[int, ...] | None = None,
-    ignorable: bool = False,
-) -> Event:
-    """Build an ``Event`` from already-frozen parts without re-freezing (the hot path)."""
-    new = _new(Event)
-    _set_type(new, type)
-    _set_seq(new, seq)
-    _set_time(new, time)
-    _set_data(new, data)
-    _set_ignorable(new, ignorable)
-    _set_op(new, surface_op)
-    _set_sources(new, source_event_seqs)
-    return new
+def event_to_dict(e: Event) -> dict[str, Any]:
+    """The JSON object of ``e`` (what the converter unstructures an ``Event`` to)."""
+    out: dict[str, Any] = {"type": e.type, "seq": e.seq, "time": e.time, "data": e.data}
+    if e.ignorable:
+        out["ignorable"] = True
+    if e.surface_op is not None:
+        out["surface_op"] = e.surface_op
+    if e.source_event_seqs is not None:
+        out["source_event_seqs"] = list(e.source_event_seqs)
+    return out
 
 
-def _make_converter() -> cattrs.Converter:
-    conv = cattrs.Converter()
+def event_from_dict(obj: Any) -> Event:
+    """The ``Event`` of a JSON object (what the converter structures an ``Event`` from).
 
-    def unstructure_event(e: Event) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": e.type, "seq": e.seq, "time": e.time, "data": e.data}
-        if e.ignorable:
-            out["ignorable"] = True
-        if e.surface_op is not None:
-            out["surface_op"] = e.surface_op
-        if e.source_event_seqs is not None:
-            out["source_event_seqs"] = list(e.source_event_seqs)
-        return out
-
-    def structure_event(obj: Any, _: type) -> Event:
-        if not isinstance(obj, Mapping):
-            raise TypeError("an event must be a JSON object")
-        return Event(
-            type=str(obj["type"]),
-            seq=obj.get("seq"),
-            time=float(obj.get("time", 0.0)),
-            data=obj.get("data", {}),
-            ignorable=bool(obj.get("ignorable", False)),
-            surface_op=obj.get("surface_op"),
-            source_event_seqs=obj.get("source_event_seqs"),
-        )
-
-    conv.register_unstructure_hook(Event, unstructure_event)
-    conv.register_structure_hook(Event, structure_event)
-    conv.register_unstructure_hook(FrozenDict, lambda d: d)
-    conv.register_structure_hook(FrozenDict, lambda obj, _: freeze(obj))
-    return conv
-
-
-#: The one converter for the library's records (cattrs).
-converter: Final = _make_converter()
+    Raises:
+        TypeError: ``obj`` is not a mapping.
+        KeyError: it has no ``type``.
+    """
+    if not isinstance(obj, Mapping):
+        raise TypeError("an event must be a JSON object")
+    return Event(
+        type=str(obj["type"]),
+        seq=obj.get("seq"),
+        time=float(obj.get("time", 0.0)),
+        data=obj.get("data", {}),
+        ignorable=bool(obj.get("ignorable", False)),
+        surface_op=obj.get("surface_op"),
+        source_event_seqs=obj.get("source_event_seqs"),
+    )
 
 
 def event_to_json(event: Event) -> str:
     """Serialise ``event`` as one line of compact JSON (the stores' and export format)."""
-    return json.dumps(
-        converter.unstructure(event, Event), ensure_ascii=False, separators=(",", ":")
-    )
+    return json.dumps(event_to_dict(event), ensure_ascii=False, separators=(",", ":"))
 
 
 def event_from_json(text: str | bytes) -> Event:
@@ -223,7 +206,6 @@ def event_from_json(text: str | bytes) -> Event:
         ValueError: the text is not a JSON event.
     """
     try:
-        obj = json.loads(text)
-        return converter.structure(obj, Event)
+        return event_from_dict(json.loads(text))
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise ValueError(f"not a JSON event: {exc}") from exc

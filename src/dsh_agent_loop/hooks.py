@@ -88,12 +88,17 @@ class HookBus:
         for entry in self._lists["on"].get(name, ()):  # lists are copy-on-write
             call_observer(entry[0], name, event)
 
-    def _fns(self, kind: str, name: str) -> list[Any]:
+    def listeners(self, kind: str, name: str) -> list[Any]:
+        """The listeners of ``kind`` for ``name``, in registration order (a copy)."""
         return [e[0] for e in self._lists[kind].get(name, ())]
 
     def has(self, kind: str, name: str) -> bool:
         """True when ``kind`` (``on``/``waterfall``/``serial``) listeners exist for ``name``."""
         return name in self._lists[kind]
+
+    def any(self, kind: str) -> bool:
+        """True when ``kind`` listeners exist for any name."""
+        return bool(self._lists[kind])
 
 
 @final
@@ -141,41 +146,34 @@ class HookScope:
 class HookChain:
     """Runs hooks over a runtime bus plus an optional scoped bus (runtime listeners first)."""
 
-    __slots__ = ("_buses", "_inner", "_outer")
+    __slots__ = ("_buses", "_inner", "_many", "_outer")
 
     def __init__(self, *buses: HookBus) -> None:
         self._buses = buses
-        # The common shape, runtime bus + agent bus, checked without a loop (``has`` runs
-        # several times a step).
-        self._outer: HookBus | None = buses[0] if buses else None
-        self._inner: HookBus | None = buses[1] if len(buses) >= 2 else None
+        # The common shape, runtime bus + agent bus, is checked without a loop (``has`` runs
+        # several times a step); fewer buses are padded with an empty one.
+        if len(buses) < 2:
+            buses = (*buses, HookBus(), HookBus())[:2]
+        self._outer = buses[0]
+        self._inner = buses[1]
+        self._many = len(buses) > 2
 
     def has(self, kind: str, name: str) -> bool:
         """True when any bus has listeners of ``kind`` for ``name``."""
-        outer = self._outer
-        if outer is None:
-            return False
-        if name in outer._lists[kind]:
-            return True
-        inner = self._inner
-        if inner is None:
-            return False
-        if len(self._buses) == 2:
-            return name in inner._lists[kind]
-        return any(name in bus._lists[kind] for bus in self._buses[1:])
+        if self._many:
+            return any(bus.has(kind, name) for bus in self._buses)
+        return self._outer.has(kind, name) or self._inner.has(kind, name)
 
     def any(self, kind: str) -> bool:
         """True when any bus has listeners of ``kind`` for any name (a cheap first check)."""
-        for bus in self._buses:  # noqa: SIM110 - no generator: this runs several times a step
-            if bus._lists[kind]:
-                return True
-        return False
+        if self._many:
+            return any(bus.any(kind) for bus in self._buses)
+        return self._outer.any(kind) or self._inner.any(kind)
 
     def emit(self, name: str, event: Any) -> None:
         """Call the observers of ``name``; a raising observer is logged and isolated."""
         for bus in self._buses:
-            for entry in bus._lists["on"].get(name, ()):  # lists are copy-on-write
-                call_observer(entry[0], name, event)
+            bus.emit(name, event)
 
     async def waterfall(
         self, name: str, payload: Any, default: Callable[[Any], Awaitable[Any]]
@@ -183,8 +181,7 @@ class HookChain:
         """Run the middleware chain of ``name`` around ``default``."""
         fns: list[Middleware] = []
         for bus in self._buses:
-            if bus.has("waterfall", name):
-                fns.extend(bus._fns("waterfall", name))
+            fns.extend(bus.listeners("waterfall", name))
         if not fns:
             return await default(payload)
 
@@ -202,6 +199,5 @@ class HookChain:
     async def serial(self, name: str, payload: Any) -> None:
         """Await each serial listener of ``name`` in order."""
         for bus in self._buses:
-            if bus.has("serial", name):
-                for fn in bus._fns("serial", name):
-                    await fn(payload)
+            for fn in bus.listeners("serial", name):
+                await fn(payload)

@@ -31,9 +31,9 @@ import trio
 
 from .agent.driver import Services
 from .agent.lifecycle import Agents
-from .agent.options import AgentOptions, TurnBudget
+from .agent.options import AgentOptions
 from .config import RuntimeConfig, Settings, load_config
-from .errors import AgentLoopError, ConfigError
+from .errors import AgentLoopError
 from .events import CONFIG_START_FAILED, make_event
 from .hooks import HookBus, call_observer
 from .llm.base import ModelAdapter
@@ -43,7 +43,7 @@ from .session.writer import CommitTimer
 from .stores.memory import MemoryStore
 from .tools.base import Tool
 
-__all__ = ["Runtime", "StartFailure", "open_runtime"]
+__all__ = ["Runtime", "RuntimeStatistics", "StartFailure", "open_runtime"]
 
 #: Seconds the runtime's shutdown may spend disposing agents before it cancels them.
 SHUTDOWN_TIMEOUT = 30.0
@@ -55,6 +55,20 @@ class StartFailure:
 
     agent_id: str
     error: BaseException
+
+
+@attrs.frozen
+class RuntimeStatistics:
+    """A snapshot of one runtime's counters (``rt.statistics()``)."""
+
+    agents: int
+    """Live agents (each one driver in the runtime's drivers' nursery)."""
+    sessions: int
+    """Live sessions, each written by one live agent's session writer."""
+    start_failures: int
+    """Declared agents that failed to start."""
+    pending_commits: int
+    """Sessions whose appended events wait for the group-commit timer."""
 
 
 class Runtime:
@@ -90,7 +104,7 @@ class Runtime:
             builtin=_builtin_tool,
             max_parallel_tool_calls=lambda: settings.max_parallel_tool_calls,
             persona=lambda: settings.persona,
-            turn_budget=lambda: _budget(settings.turn_budget),
+            turn_budget=lambda: settings.turn_budget,
             clock=clock,
             rng=rng,
         )
@@ -115,6 +129,15 @@ class Runtime:
 
         return dispose
 
+    def statistics(self) -> RuntimeStatistics:
+        """A snapshot of the runtime's counters."""
+        return RuntimeStatistics(
+            agents=len(self.agents.handles()),
+            sessions=self.agents.session_count(),
+            start_failures=len(self.start_failures),
+            pending_commits=self.commit_timer.statistics().waiting_writers,
+        )
+
     async def start_declared_agents(self) -> None:
         """Start the agents declared in the config; failures go to ``start_failures``."""
         for entry in self.config.agents:
@@ -137,7 +160,7 @@ class Runtime:
                         self.clock(),
                         _frozen({"agent_id": entry.id, "error": exc}),
                     )
-                    for fn in self.hooks._fns("on", CONFIG_START_FAILED):
+                    for fn in self.hooks.listeners("on", CONFIG_START_FAILED):
                         call_observer(fn, CONFIG_START_FAILED, event)
 
     async def _dispose_agents(self) -> None:
@@ -191,20 +214,9 @@ def _builtin_tool(name: str) -> Tool | None:
     return BUILTIN_TOOLS.get(name)
 
 
-def _budget(value: Any) -> TurnBudget | None:
-    if value is None or isinstance(value, TurnBudget):
-        return value
-    return TurnBudget(
-        max_steps=value.max_steps,
-        max_tool_calls=value.max_tool_calls,
-        max_total_tokens=value.max_total_tokens,
-        max_seconds=value.max_seconds,
-    )
-
-
 def _options_from_entry(entry: Any) -> AgentOptions:
     persona = entry.persona
-    if persona is None and getattr(entry, "persona_file", None):
+    if persona is None and entry.persona_file is not None:
         with open(entry.persona_file, encoding="utf-8") as f:
             persona = f.read()
     return AgentOptions(
@@ -216,32 +228,15 @@ def _options_from_entry(entry: Any) -> AgentOptions:
         cwd=entry.cwd,
         persona=persona,
         tools=entry.tools,
-        turn_budget=_budget(entry.turn_budget),
+        turn_budget=entry.turn_budget,
     )
 
 
 def _providers_from_config(config: RuntimeConfig) -> dict[str, ModelAdapter]:
-    from .llm.scripted import ScriptedModel
+    """The adapters of the config's providers, built from their validated records."""
+    from .llm.providers import adapter_from_config
 
-    adapters: dict[str, ModelAdapter] = {}
-    for name, provider in config.providers.items():
-        try:
-            if provider.kind == "scripted":
-                adapters[name] = ScriptedModel.from_config(_plain(provider))
-            else:
-                from .llm.providers import adapter_from_config
-
-                adapters[name] = adapter_from_config(name, _plain(provider))
-        except ValueError as exc:  # what load-time validation could not see: still config
-            raise ConfigError(f"{config.source}: {exc}") from exc
-    return adapters
-
-
-def _plain(provider: Any) -> dict[str, Any]:
-    """The provider section as written (keys left at their defaults are omitted)."""
-    from .config import ProviderConfig, converter
-
-    return dict(converter.unstructure(provider, ProviderConfig))
+    return {name: adapter_from_config(name, entry) for name, entry in config.providers.items()}
 
 
 def _store_from_config(config: RuntimeConfig) -> SessionStore:

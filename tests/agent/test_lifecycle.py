@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import attrs
 import pytest
 import trio
 
@@ -448,3 +449,28 @@ async def test_a_raising_lifecycle_observer_breaks_nothing(autojump_clock, caplo
         again = await rt.agents.resume("s1", options=OPTIONS)
         assert again.agent.session.events[: len(events)] == events
     assert f"the observer of {name} broke" in caplog.text  # logged, not lost
+
+
+async def _let_tasks_step() -> None:
+    # Tasks spawned before a checkpoint share its batch, which trio may run in either order;
+    # the second checkpoint is in the next batch, after every one of them has taken a step.
+    for _ in range(2):
+        await trio.lowlevel.checkpoint()
+
+
+async def test_runtime_statistics_count_live_agents_and_sessions(autojump_clock):
+    async with runtime(ScriptedModel([Reply.text("hi")])) as rt:
+        stats = rt.statistics()
+        assert (stats.agents, stats.sessions, stats.start_failures) == (0, 0, 0)
+        handle = await rt.agents.create(options=OPTIONS)
+        await rt.agents.create(options=AgentOptions(id="other", provider="scripted", model="m"))
+        await _let_tasks_step()
+        stats = rt.statistics()
+        assert (stats.agents, stats.sessions) == (2, 2)
+        assert stats.pending_commits == 2  # both seeds wait for the group-commit timer
+        await handle.agent.flush()
+        assert rt.statistics().pending_commits == 1
+        await handle.dispose()
+        assert (rt.statistics().agents, rt.statistics().sessions) == (1, 1)
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            stats.agents = 5  # type: ignore[misc]

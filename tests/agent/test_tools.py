@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import trio
 
@@ -267,6 +270,48 @@ async def test_tool_call_is_durable_before_its_handler_runs(autojump_clock):
         assert set(seen) == {"c1", "c2", "c3", "c4", "s1"}
         # calls admitted in the same pass share one flush
         assert seen["c1"] == seen["c2"] == ["c1", "c2"]
+        assert_well_formed(h.events)
+
+
+async def test_every_flush_of_a_turn_goes_through_the_one_barrier(autojump_clock, monkeypatch):
+    """The durability barrier has one entry point, ``Agent.flush``, for every batch shape."""
+    callers: list[str] = []
+    barrier: list[int] = []
+
+    @tool
+    async def probe(label: str) -> str:
+        return "ok"
+
+    @tool(execution_mode="exclusive")
+    async def excl() -> str:
+        return "ok"
+
+    replies = [
+        Reply.tool_calls(("probe", {"label": "solo"}, "s1")),  # the one-call path
+        Reply.tool_calls(("probe", {"label": "a"}, "c1"), ("excl", {}, "c2")),
+        Reply.text("ok"),
+    ]
+    async with harness(replies, tools=[probe, excl]) as h:
+        writer_type = type(h.agent.writer)
+        original_flush = writer_type.flush
+        original_barrier = type(h.agent).flush
+
+        def flush(self):  # the writer's flush: who asked?
+            frame = sys._getframe(1).f_code
+            callers.append(f"{Path(frame.co_filename).parent.name}/{frame.co_name}")
+            return original_flush(self)
+
+        def counted(self):
+            barrier.append(1)
+            return original_barrier(self)
+
+        monkeypatch.setattr(writer_type, "flush", flush)
+        monkeypatch.setattr(type(h.agent), "flush", counted)
+        await h.run()
+        monkeypatch.undo()
+        assert callers  # the turn flushed ...
+        assert set(callers) == {"agent/flush"}  # ... only through Agent.flush
+        assert len(barrier) == len(callers) >= 4  # one call, a pass, the exclusive call, the end
         assert_well_formed(h.events)
 
 

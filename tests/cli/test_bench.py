@@ -11,11 +11,13 @@ from dsh_agent_loop.cli._bench import (
     DEFAULT_TARGETS,
     _loop_rows,
     _sse_rows,
+    bench_scripts,
+    load_script,
     print_table,
     write_json,
 )
 
-from .helpers import cli
+from .helpers import REPO, cli
 
 LOOP = {
     "w1_us_per_step": 150.0,
@@ -67,3 +69,19 @@ def test_bench_help_names_its_options(tmp_path: Path) -> None:
     assert done.returncode == 0
     for option in ("--quick", "--json", "--store", "--config", "--debug"):
         assert option in done.stdout
+
+
+def test_bench_loads_the_scripts_of_the_source_tree() -> None:
+    directory = bench_scripts()
+    assert directory == REPO / "scripts" / "bench"
+    loop = load_script("loop")
+    assert Path(loop.__file__ or "").parent == directory
+    assert callable(loop.run_loop_bench)
+
+
+def test_bench_without_the_source_tree_says_where_the_benchmarks_are(tmp_path: Path) -> None:
+    done = cli("bench", "--quick", cwd=tmp_path, DSH_AGENT_BENCH_DIR=str(tmp_path / "none"))
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "the benchmarks ship with the source tree (scripts/bench/)" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

@@ -93,13 +93,14 @@ def test_k_is_deterministic():
 
 
 def test_catches_a_lost_interrupted_anchor(monkeypatch):
-    original = turn._close_open_work
+    original = turn.Turn.close_open_work
 
-    def forget_stream(agent, st):
-        st.asm = None
-        original(agent, st)
+    def forget_stream(self):
+        if self.attempt is not None:
+            self.attempt.asm = None
+        original(self)
 
-    monkeypatch.setattr(turn, "_close_open_work", forget_stream)
+    monkeypatch.setattr(turn.Turn, "close_open_work", forget_stream)
     report = explore_cancellation(one_prompt, providers=text_model)
     assert report.failures
     assert any("no end frame" in problem for _, problem in report.failures)
@@ -134,15 +135,15 @@ def test_catches_unanswered_tool_calls(monkeypatch):
 
 
 def test_catches_a_turn_that_does_not_abort(monkeypatch):
-    original = turn._aborted_reason
+    original = turn.Turn.aborted_reason
 
-    def completed(agent, budget, default_cause="user"):
+    def completed(self, default_cause="user"):
         from dsh_agent_loop import FrozenDict
 
-        reason = original(agent, budget, default_cause)
+        reason = original(self, default_cause)
         return FrozenDict(kind="completed") if reason["cause"] == "user" else reason
 
-    monkeypatch.setattr(turn, "_aborted_reason", completed)
+    monkeypatch.setattr(turn.Turn, "aborted_reason", completed)
     report = explore_cancellation(one_prompt, providers=text_model)
     assert any("open at the cancel ended" in problem for _, problem in report.failures)
 
@@ -154,3 +155,21 @@ def test_max_checkpoints_samples_evenly():
     assert report.runs == 5
     assert report.checkpoints > 5
     assert report.failures == []
+
+
+def test_a_scenario_whose_checkpoints_change_between_runs_is_reported():
+    runs = []
+
+    @tool
+    async def drifting() -> str:
+        """Wait once more on every run."""
+        runs.append(1)
+        for _ in range(len(runs)):
+            await trio.sleep(0.01)
+        return "ok"
+
+    def model():
+        return {"scripted": ScriptedModel([Reply.tool_calls(("drifting", {})), Reply.text("ok")])}
+
+    report = explore_cancellation(one_prompt, providers=model, tools=(drifting,))
+    assert any("K is not stable" in problem for _, problem in report.failures)

@@ -1,15 +1,17 @@
 """``Agent``: the public handle of one agent, and its driver actor (the run loop).
 
 The driver is one trio task per agent. It parks until woken, then runs turns while there is
-work (``agent/turn.py`` holds the turn/step machine). Wakes are level-triggered flags, not
+work, one ``Turn`` object each (``agent/turn.py``; a model call is an ``Attempt``, the request
+caches live on the agent's ``RequestSeries``). The ``Agent`` itself is a façade: identity, inbox,
+session, status and subscribers; it holds no step state. Wakes are level-triggered flags, not
 queued items: ``followup``/``steer`` set the flag and unpark the driver; ``cancel`` drops a wake
 that has not been picked up. Status becomes ``running`` synchronously when a wake is made, and
 ``idle`` only after the turn's ``turn/end`` is durable, so ``wait_idle()`` returning means the
 turn is stored.
 
-Cancellation travels by the turn's cancel scope; the first cause wins. A wake that arrives
-while a cancelled turn winds down is latched and replayed once idle (disposal never latches),
-and a message steered during the wind-down goes to ``next-turn``.
+Cancellation travels by the running turn's cancel scope, which the ``Turn`` owns; the first
+cause wins. A wake that arrives while a cancelled turn winds down is latched and replayed once
+idle (disposal never latches), and a message steered during the wind-down goes to ``next-turn``.
 
 Disposal is final: from the moment it starts, ``send`` and its shorthands raise
 ``AgentClosedError`` (one flag checked, nothing appended). The driver remembers its task so that
@@ -20,9 +22,9 @@ told apart from one it may wait for (``in_driver_tree``).
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, final
 
 import attrs
 import trio
@@ -35,8 +37,12 @@ from ..events import AGENT_ERROR, AGENT_STATUS, SESSION_EVENT, SESSION_FLUSH, Ev
 from ..hooks import HookBus, HookChain, HookScope
 from ..session.log import Session, SessionView
 from ..session.projections import NEXT_STEP, NEXT_TURN
+from ..session.records import RecordCache
 from .inbox import Inbox, MessageInput, Target
 from .options import AgentOptions, TurnBudget
+from .series import RequestSeries
+from .step_inputs import AssemblyCache
+from .turn import Turn
 
 if TYPE_CHECKING:
     from ..llm.router import ModelRouter
@@ -64,6 +70,8 @@ class Services:
     turn_budget: Callable[[], TurnBudget | None]
     clock: Callable[[], float]
     rng: random.Random
+    records: RecordCache = attrs.Factory(RecordCache)
+    """Frozen payloads shared by this runtime's agents (one cache per runtime)."""
 
 
 class AgentScope:
@@ -109,6 +117,10 @@ class AgentStatistics:
     subscribers: int
 
 
+async def _durable() -> None:
+    """Nothing to wait for: a session without a writer keeps nothing pending for a store."""
+
+
 class _Subscriber:
     __slots__ = ("send", "types")
 
@@ -117,8 +129,13 @@ class _Subscriber:
         self.types = types
 
 
+@final
 class Agent:
-    """One agent: its inbox, its session, and the driver that runs its turns."""
+    """One agent: its identity, inbox, session and status, and the driver that runs its turns.
+
+    A façade: a turn's state lives on its ``Turn``, a model call's on its ``Attempt``, the
+    request caches on the ``RequestSeries``.
+    """
 
     __slots__ = (
         "_bus",
@@ -130,14 +147,10 @@ class Agent:
         "_status_value",
         "_stopped",
         "_subscribers",
-        "_turn_scope",
+        "_turn",
         "_turns",
         "_wake_pending",
-        "_winding_down",
-        "assembly_cache",
-        "cancel_cause",
-        "cancel_message",
-        "first_request",
+        "assembly",
         "hooks",
         "id",
         "inbox",
@@ -145,10 +158,8 @@ class Agent:
         "on_driver_start",
         "options",
         "parent",
-        "prompt_settled",
-        "request_cache",
         "scope",
-        "seen_generation",
+        "series",
         "services",
         "session",
         "store_failure",
@@ -180,23 +191,18 @@ class Agent:
         self._idle_waiters: trio.lowlevel.ParkingLot | None = None
         self._lot = Wakeup()
         self._wake_pending = False
-        self._turn_scope: trio.CancelScope | None = None
-        self.cancel_cause: str | None = None
-        self.cancel_message: str | None = None
-        self._winding_down = False
+        self._turn: Turn | None = None
         self._disposing = False
         self._driver_task: trio.lowlevel.Task | None = None
         self._stopped = Latch()
         self._subscribers: list[_Subscriber] = []
         self.writer: SessionWriter | None = None
-        self.first_request = True
-        self.seen_generation = session.surface.generation
+        self.series = RequestSeries(session)
+        """This instance's requests: prompt reconciliation and request records."""
+        self.assembly = AssemblyCache()
+        """The default prompt assembly, rebuilt only when its inputs change."""
         self.store_failure: BaseException | None = None
         self._turns = 0
-        self.assembly_cache: tuple[Any, Any] | None = None
-        self.request_cache: tuple[Any, Any, Any, Any] | None = None
-        self.prompt_settled: tuple[Any, str, bool] | None = None
-        """(system nodes, rendered prompt, in-history) after the last request's reconcile."""
         self.on_driver_start: Callable[[Agent, trio.lowlevel.Task], None] | None = None
         """Testing hook: called with the driver task when the driver starts."""
 
@@ -233,7 +239,7 @@ class Agent:
         """
         if self._disposing:
             raise AgentClosedError(f"agent {self.id!r} is disposed; it takes no more messages")
-        if target == NEXT_STEP and self._winding_down:
+        if target == NEXT_STEP and self._turn is not None and self._turn.winding_down:
             target = NEXT_TURN
         new_id = self.inbox.insert(message, target, message_id=message_id)
         if wake:
@@ -271,13 +277,8 @@ class Agent:
         if not keep_inbox:
             self.inbox.clear()
         self._wake_pending = False
-        scope = self._turn_scope
-        if scope is not None:
-            if self.cancel_cause is None:
-                self.cancel_cause = cause
-                self.cancel_message = message
-            self._winding_down = True
-            scope.cancel()
+        if self._turn is not None:
+            self._turn.cancel(cause, message)
         self._lot.fire()
 
     async def wait_idle(self) -> None:
@@ -322,7 +323,8 @@ class Agent:
         (its events committed by the timer) emits ``agent/error`` at once and its driver ends,
         so the agent is disposed and the others go on.
         """
-        if self._turn_scope is not None or self.store_failure is not None:
+        turn = self._turn
+        if (turn is not None and turn.scope is not None) or self.store_failure is not None:
             return
         self.store_failure = failure
         code = "OWNERSHIP_LOST" if failure.code == "OWNERSHIP_LOST" else "STORE_FAILED"
@@ -390,8 +392,6 @@ class Agent:
     # -- the driver --------------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The driver actor: run turns while there is work, until disposed."""
-        from .turn import run_turn
-
         self._driver_task = trio.lowlevel.current_task()
         if self.on_driver_start is not None:
             self.on_driver_start(self, self._driver_task)
@@ -407,11 +407,11 @@ class Agent:
                 if not self.has_work():
                     continue
                 self._turns += 1
-                self._turn_scope = trio.CancelScope()
-                self.cancel_cause = self.cancel_message = None
-                self._winding_down = False
-                continue_after = await run_turn(self, self._turn_scope)
-                self._winding_down = False
+                turn = self._turn = Turn(self, self.log.state.turn + 1)
+                try:
+                    continue_after = await turn.run()
+                finally:
+                    self._turn = None
                 if self.store_failure is not None:
                     return
                 if continue_after and self.has_work() and not self._disposing:
@@ -419,10 +419,6 @@ class Agent:
         finally:
             self._set_status("idle")
             self._stopped.set()
-
-    def end_turn_scope(self) -> None:
-        """Called by the turn machine once ``turn/end`` is appended."""
-        self._turn_scope = None
 
     def begin_stop(self, cause: str = "disposed") -> None:
         """Cancel the running turn (keeping the inbox) and tell the driver to end; never waits.
@@ -465,10 +461,14 @@ class Agent:
         """True once the driver task has ended."""
         return self._stopped.is_set()
 
-    async def flush(self) -> None:
-        """Wait until everything appended to the session is durable."""
-        if self.writer is not None:
-            await self.writer.flush()
+    def flush(self) -> Awaitable[None]:
+        """Wait until everything appended to the session is durable: ``await agent.flush()``.
+
+        The one durability barrier: every flush of the agent's session goes through here. It
+        returns the writer's own awaitable (no coroutine of its own: it runs for every tool call).
+        """
+        writer = self.writer
+        return _durable() if writer is None else writer.flush()
 
     def statistics(self) -> AgentStatistics:
         """A snapshot of this agent's counters."""

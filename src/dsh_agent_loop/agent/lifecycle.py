@@ -254,14 +254,18 @@ class Agents:
         """Handles of live agents in creation order."""
         return list(self._live.values())
 
+    def session_count(self) -> int:
+        """How many sessions live agents write."""
+        return len(self._sessions)
+
     def _emit(self, name: str, data: dict[str, Any]) -> None:
         if self._hooks.has("on", name):
             event = make_event(name, None, self._services.clock(), FrozenDict(data))
             if name == SESSION_CREATED:
-                for fn in self._hooks._fns("on", name):
+                for fn in self._hooks.listeners("on", name):
                     fn(event)  # a raising listener vetoes the creation
             else:
-                for fn in self._hooks._fns("on", name):
+                for fn in self._hooks.listeners("on", name):
                     call_observer(fn, name, event)
 
     # -- create / resume ----------------------------------------------------------------------

@@ -125,8 +125,6 @@ class ToolBatch:
         self._key_wait: dict[int, trio.Event] = {}
         self.concludes_turn = False
         """True when a committed result asked to end the turn."""
-        self.in_flight = 0
-        self.max_in_flight = 0
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -149,9 +147,7 @@ class ToolBatch:
         # One call needs no nursery, no pool slot and no completion event: admit, flush, run.
         if await self._policy(call):
             self._append_call(call)
-            writer = self._agent.writer
-            if writer is not None:  # (Agent.flush, one coroutine level fewer)
-                await writer.flush()
+            await self._agent.flush()
             await self._execute(call, held_slot=False)
 
     async def _admit(self, call: _Call, nursery: trio.Nursery) -> None:
@@ -263,8 +259,6 @@ class ToolBatch:
     async def _execute(self, call: _Call, held_slot: bool) -> None:
         result: ToolResult | str | None = None
         error_name: str | None = None
-        self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             previous = self._key_wait.pop(id(call), None) if self._key_wait else None
             if previous is not None:
@@ -287,7 +281,6 @@ class ToolBatch:
                 else:
                     result, error_name = checked_result(value)
         finally:
-            self.in_flight -= 1
             if held_slot and self._limiter is not None:
                 self._limiter.release_on_behalf_of(call)
             if result is None:

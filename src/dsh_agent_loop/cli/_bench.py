@@ -1,4 +1,9 @@
-"""``dsh-agent bench``: run the package's benchmarks and print one table.
+"""``dsh-agent bench``: run the benchmarks and print one table.
+
+The loop and store benchmarks ship with the source tree (``scripts/bench/``), not with the
+package: ``dsh-agent bench`` runs them from the checkout the package was installed from (an
+editable install), else from ``scripts/bench`` under the current directory, else from
+``$DSH_AGENT_BENCH_DIR``; on a plain install it says where they are and exits 2.
 
 Each row sets a figure of ours beside its pure-trio (or bare-JSON) reference measured in the
 same run. ``ratio`` always reads "times slower than the reference" (ours/reference for times,
@@ -10,16 +15,20 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import sys
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Final
 
 import attrs
 from rich.console import Console
 from rich.table import Table
 
-from ._setup import EXIT_OK
+from ._setup import EXIT_OK, CliError
 
-__all__ = ["Row", "bench_rows", "print_table", "run_benchmarks"]
+__all__ = ["Row", "bench_rows", "bench_scripts", "load_script", "print_table", "run_benchmarks"]
 
 #: The project's targets (issues #2, #4): the largest acceptable ratio, or for rows without a
 #: reference the largest acceptable value. W3's "≥ 20% of the reference's steps/s" is a ratio
@@ -173,6 +182,55 @@ def _store_rows(result: Mapping[str, Any], targets: Mapping[str, float]) -> Iter
         )
 
 
+#: Overrides where the benchmark scripts are looked for.
+BENCH_DIR_ENV: Final = "DSH_AGENT_BENCH_DIR"
+#: Where they are, relative to a source checkout.
+SCRIPTS: Final = Path("scripts", "bench")
+
+
+def bench_scripts() -> Path | None:
+    """The directory holding the benchmark scripts, or None (a plain install has none).
+
+    ``$DSH_AGENT_BENCH_DIR`` when set; else the source checkout this package runs from (an
+    editable install: ``src/dsh_agent_loop`` sits two levels below the checkout); else
+    ``scripts/bench`` under the current directory.
+    """
+    override = os.environ.get(BENCH_DIR_ENV)
+    if override:
+        candidates = [Path(override)]
+    else:
+        checkout = Path(__file__).resolve().parents[3]
+        candidates = [checkout / SCRIPTS, Path.cwd() / SCRIPTS]
+    for directory in candidates:
+        if (directory / "loop.py").is_file():
+            return directory.resolve()
+    return None
+
+
+def load_script(name: str) -> ModuleType:
+    """Import the benchmark script ``name`` (``loop``, ``stores``) from ``bench_scripts()``.
+
+    The scripts import each other as top-level modules, as they do when run directly.
+
+    Raises:
+        CliError: no benchmark scripts here (a plain install), or ``name`` is not one of them.
+    """
+    directory = bench_scripts()
+    if directory is None:
+        raise CliError(
+            "dsh-agent bench: the benchmarks ship with the source tree (scripts/bench/), not"
+            " with the package; run it in a checkout of dsh-agent-loop, or set"
+            f" {BENCH_DIR_ENV} to its scripts/bench directory"
+        )
+    if str(directory) not in sys.path:
+        sys.path.insert(0, str(directory))
+    module = importlib.import_module(name)
+    origin = Path(module.__file__ or "").resolve()
+    if origin.parent != directory:
+        raise CliError(f"dsh-agent bench: {name!r} resolves to {origin}, not to {directory}")
+    return module
+
+
 @attrs.frozen
 class _Bench:
     name: str
@@ -181,47 +239,39 @@ class _Bench:
     rows: Callable[[Mapping[str, Any], Mapping[str, float]], Iterator[Row]]
     quick_kwargs: Mapping[str, Any]
     full_kwargs: Mapping[str, Any]
+    script: bool = True
+    """A script of ``scripts/bench`` (else a module of the package)."""
 
 
-#: The benchmarks ``dsh-agent bench`` knows how to tabulate, in order; absent ones are skipped.
+#: The benchmarks ``dsh-agent bench`` knows how to tabulate, in order.
 BENCHMARKS: Final = (
+    _Bench("loop", "loop", "run_loop_bench", _loop_rows, {"quick": True}, {"quick": False}),
+    _Bench("stores", "stores", "run_store_bench", _store_rows, {"quick": True}, {"quick": False}),
     _Bench(
-        "loop",
-        "dsh_agent_loop.bench.loop",
-        "run_loop_bench",
-        _loop_rows,
-        {"quick": True},
-        {"quick": False},
-    ),
-    _Bench(
-        "stores",
-        "dsh_agent_loop.bench.stores",
-        "run_store_bench",
-        _store_rows,
-        {"quick": True},
-        {"quick": False},
-    ),
-    _Bench("sse", "dsh_agent_loop.bench.sse", "run_sse_bench", _sse_rows, {"n_chunks": 20_000}, {}),
-    _Bench(
-        "sse", "dsh_agent_loop.llm._bench_sse", "run_sse_bench", _sse_rows, {"n_chunks": 20_000}, {}
+        "sse",
+        "dsh_agent_loop.llm._bench_sse",
+        "run_sse_bench",
+        _sse_rows,
+        {"n_chunks": 20_000},
+        {},
+        script=False,
     ),
 )
 
 
 def run_benchmarks(quick: bool) -> tuple[dict[str, Any], list[Row]]:
-    """Run every available benchmark; returns (raw results by name, table rows)."""
+    """Run every benchmark; returns (raw results by name, table rows).
+
+    Raises:
+        CliError: the benchmark scripts are not here (a plain install).
+    """
     results: dict[str, Any] = {}
     rows: list[Row] = []
     for bench in BENCHMARKS:
-        if bench.name in results:
-            continue
-        try:
-            module = importlib.import_module(bench.module)
-        except ImportError:
-            continue
-        run = getattr(module, bench.function, None)
-        if run is None:
-            continue
+        module = (
+            load_script(bench.module) if bench.script else importlib.import_module(bench.module)
+        )
+        run = getattr(module, bench.function)
         result = run(**(bench.quick_kwargs if quick else bench.full_kwargs))
         results[bench.name] = result
         targets = {**DEFAULT_TARGETS, **getattr(module, "TARGETS", {})}

@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Final, Literal, Protocol, runtime_checkable
 import attrs
 
 from .._frozen import FrozenDict, freeze
+from .._slots import slot_constructor
 from ..errors import AgentLoopError
 
 __all__ = [
@@ -218,53 +219,20 @@ class ModelRequest:
         return None if value is None else int(value)
 
 
-def make_request(
-    config: FrozenDict, messages: Sequence[FrozenDict], tools: tuple[FrozenDict, ...]
-) -> ModelRequest:
-    """Build a ``ModelRequest`` from parts that are already frozen (the driver's hot path)."""
-    request = _new(ModelRequest)
-    _set_config(request, config)
-    _set_messages(request, messages)
-    _set_tools(request, tools)
-    return request
-
-
-# Slot setters of frozen classes built on hot paths (half the cost of object.__setattr__).
-_new = object.__new__
-_set_config, _set_messages, _set_tools = (
-    ModelRequest.__dict__[name].__set__ for name in ("config", "messages", "tools")
+# Constructors of frozen classes built on hot paths: they write the slots directly (half the
+# cost of ``object.__setattr__``), from parts that are already frozen; see ``_slots``.
+make_request: Final[
+    Callable[[FrozenDict, Sequence[FrozenDict], tuple[FrozenDict, ...]], ModelRequest]
+] = slot_constructor(ModelRequest)
+"""Build a ``ModelRequest`` from parts that are already frozen (the driver's hot path)."""
+make_tool_call_start: Final[Callable[[int, str, str], BlockStart]] = slot_constructor(
+    BlockStart, ("index", "call_id", "name"), fixed={"kind": "tool-call"}
 )
-_set_usage_fields = tuple(
-    Usage.__dict__[name].__set__
-    for name in ("input_tokens", "output_tokens", "cache_read_tokens", "reasoning_tokens")
+"""Build the ``BlockStart`` of a tool call (the adapters' hot path)."""
+make_usage: Final[Callable[[int, int], Usage]] = slot_constructor(
+    Usage, ("input_tokens", "output_tokens")
 )
-
-
-_set_block_fields = tuple(
-    BlockStart.__dict__[name].__set__ for name in ("index", "kind", "call_id", "name")
-)
-
-
-def make_tool_call_start(index: int, call_id: str, name: str) -> BlockStart:
-    """Build the ``BlockStart`` of a tool call (the adapters' hot path)."""
-    chunk = _new(BlockStart)
-    set_index, set_kind, set_call_id, set_name = _set_block_fields
-    set_index(chunk, index)
-    set_kind(chunk, "tool-call")
-    set_call_id(chunk, call_id)
-    set_name(chunk, name)
-    return chunk
-
-
-def make_usage(input_tokens: int, output_tokens: int) -> Usage:
-    """Build a ``Usage`` with just the two token counts (the adapters' hot path)."""
-    usage = _new(Usage)
-    set_in, set_out, set_cache, set_reasoning = _set_usage_fields
-    set_in(usage, input_tokens)
-    set_out(usage, output_tokens)
-    set_cache(usage, None)
-    set_reasoning(usage, None)
-    return usage
+"""Build a ``Usage`` with just the two token counts (the adapters' hot path)."""
 
 
 StreamFn = Callable[[ModelRequest], AsyncIterator[Chunk]]

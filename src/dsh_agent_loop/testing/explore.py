@@ -2,19 +2,26 @@
 
 How it enumerates (RELIABILITY.md): trio delivers cancellation only at checkpoints, and
 ``Instrument.after_task_step`` fires after each step of each task — right after the task
-yielded at a checkpoint. A dry run counts the steps of the tasks in the agents' task trees (a
-task belongs to a tree when walking ``parent_nursery.parent_task`` upward reaches an agent's
-driver task): that is K. Then, for n in 1..K, the scenario runs again from the same seed, in a
-fresh ``trio.run`` under ``MockClock(autojump_threshold=0)`` with trio's scheduler RNG seeded, and
-at the n-th counted step the instrument calls ``agent.cancel()`` on the agent that stepped. If
-the step ended at a cancellable wait, ``Cancelled`` arrives exactly there; otherwise at the next
+yielded at a checkpoint. A dry run records the steps of the tasks in the agents' task trees (a
+driver and every task spawned under it): there are K. Then, for n in 1..K, the scenario runs
+again in a fresh ``trio.run`` under ``MockClock(autojump_threshold=0)``, and when the n-th
+recorded step comes the instrument calls ``agent.cancel()`` on the agent that stepped. If the
+step ended at a cancellable wait, ``Cancelled`` arrives exactly there; otherwise at the next
 cancel point — so 1..K covers every checkpoint the turns execute.
+
+Trio runs the tasks that are ready at once in an order it picks at random, from a private
+random source no public API seeds. So a step is not named by when it happens but by who takes
+it: the task's place in its agent's tree (the driver by the agent's id, every other task by
+its parent and its spawn order there) and how many steps that task took before. That name does
+not depend on how trio interleaves the tasks, so run n cancels at the same checkpoint of the
+same task every time.
 
 After each run it checks ``invariants.check`` on every stored session (no open turn may remain)
 and the §11 guarantees it can observe: a turn open when the cancel fired ends ``aborted`` with
 the first cause, every committed ``assistant/message`` holds exactly the text its stream
 delivered, and every agent is idle when the scenario returns. The dry run is repeated to check
-that K is stable (a non-deterministic scenario cannot be explored).
+that the K steps are the same ones (a non-deterministic scenario cannot be explored), and a run
+whose chosen step never comes is a failure too.
 
 The instrument's own failures are recorded, never raised (trio silently removes an instrument
 that raises), so a harness bug shows up as a failure, not as a quietly shorter run.
@@ -66,58 +73,67 @@ class CancellationReport:
         return not self.failures
 
 
-class _Probe(trio.abc.Instrument):
-    """Counts agent-tree task steps; cancels the stepping agent at step ``cancel_at``."""
+#: A task's place in its agent's tree: the agent's id and how many drivers had that id before,
+#: then, for each task below the driver, its spawn order among its parent's children.
+TaskKey = tuple[Any, ...]
+#: One checkpoint: the task that reached it and how many steps that task had taken then.
+Point = tuple[TaskKey, int]
 
-    def __init__(self, cancel_at: int | None) -> None:
+
+class _Probe(trio.abc.Instrument):
+    """Records the steps of agent-tree tasks; cancels the stepping agent at ``cancel_at``."""
+
+    def __init__(self, cancel_at: Point | None) -> None:
         self.cancel_at = cancel_at
-        self.count = 0
-        self.drivers: dict[trio.lowlevel.Task, Agent] = {}
-        self._owner: dict[trio.lowlevel.Task, trio.lowlevel.Task | None] = {}
+        self.points: list[Point] = []
         self.errors: list[str] = []
         self.fired: tuple[Agent, int | None, int] | None = None
         """(agent, turn open at the cancel or None, log length then)."""
         self.site: str | None = None
+        self._keys: dict[trio.lowlevel.Task, TaskKey] = {}
+        self._agents: dict[TaskKey, Agent] = {}
+        self._steps: dict[trio.lowlevel.Task, int] = {}
+        self._spawned: dict[trio.lowlevel.Task, int] = {}
+        self._drivers: dict[str, int] = {}
 
-    def _root(self, task: trio.lowlevel.Task) -> trio.lowlevel.Task | None:
-        if task in self._owner:
-            return self._owner[task]
-        path = []
-        current: trio.lowlevel.Task | None = task
-        root: trio.lowlevel.Task | None = None
-        while current is not None:
-            if current in self._owner:
-                root = self._owner[current]
-                break
-            path.append(current)
-            if current in self.drivers:
-                root = current
-                break
-            nursery = current.parent_nursery
-            current = nursery.parent_task if nursery is not None else None
-        for t in path:
-            if t in self.drivers or root is not None:
-                self._owner[t] = root
-        return root
+    def register(self, agent: Agent, task: trio.lowlevel.Task) -> None:
+        """``task`` is ``agent``'s driver (``Agent.on_driver_start``)."""
+        nth = self._drivers.get(agent.id, 0)
+        self._drivers[agent.id] = nth + 1
+        key = (agent.id, nth)
+        self._keys[task] = key
+        self._agents[key] = agent
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        try:
+            nursery = task.parent_nursery
+            parent = nursery.parent_task if nursery is not None else None
+            parent_key = self._keys.get(parent) if parent is not None else None
+            if parent is None or parent_key is None:
+                return
+            nth = self._spawned.get(parent, 0)
+            self._spawned[parent] = nth + 1
+            self._keys[task] = (*parent_key, nth)
+        except Exception as exc:  # an instrument that raises is silently removed: record instead
+            self.errors.append(f"instrument failed: {exc!r}")
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
         try:
-            root = self._root(task)
-            if root is None:
+            key = self._keys.get(task)
+            if key is None:
                 return
-            self.count += 1
-            if self.count == self.cancel_at:
-                agent = self.drivers[root]
+            step = self._steps.get(task, 0)
+            self._steps[task] = step + 1
+            point = (key, step)
+            self.points.append(point)
+            if point == self.cancel_at:
+                agent = self._agents[key[:2]]
                 state = agent.log.state
                 self.fired = (agent, state.turn if state.open_turn else None, len(agent.log))
                 self.site = _site(task)
                 agent.cancel(cause="user")
         except Exception as exc:  # an instrument that raises is silently removed: record instead
             self.errors.append(f"instrument failed: {exc!r}")
-
-    def register(self, agent: Agent, task: trio.lowlevel.Task) -> None:
-        self.drivers[task] = agent
-        self._owner.pop(task, None)
 
 
 def _site(task: trio.lowlevel.Task) -> str:
@@ -136,7 +152,7 @@ def _site(task: trio.lowlevel.Task) -> str:
 
 @attrs.define
 class _Run:
-    checkpoints: int
+    points: list[Point]
     logs: dict[str, list[Event]]
     problems: list[str]
     site: str | None
@@ -201,7 +217,9 @@ async def _run_scenario(
         logs[info.session_id] = await handle.read()
         await handle.close()
     problems.extend(_check_logs(logs, frames, probe, agents))
-    return _Run(probe.count, logs, problems + probe.errors, probe.site)
+    if probe.cancel_at is not None and probe.fired is None:
+        problems.append(f"the checkpoint {probe.cancel_at} never came (non-deterministic scenario)")
+    return _Run(probe.points, logs, problems + probe.errors, probe.site)
 
 
 def _track(rt: Runtime, event: Event, probe: _Probe, agents: list[Agent]) -> None:
@@ -290,10 +308,9 @@ def _one_run(
     tools: Iterable[Tool],
     store_factory: Callable[[], SessionStore],
     seed: int,
-    cancel_at: int | None,
+    cancel_at: Point | None,
 ) -> _Run:
     probe = _Probe(cancel_at)
-    trio._core._run._r.seed(seed)  # trio's scheduling RNG (private; pinned by our tests)
     random_state = random.getstate()
     random.seed(seed)
     try:
@@ -312,14 +329,6 @@ def _one_run(
         random.setstate(random_state)
 
 
-def _strip(logs: dict[str, list[Event]]) -> list[list[tuple[Any, ...]]]:
-    """Logs without session ids, for determinism comparison."""
-    return [
-        [(e.type, e.seq, e.time, e.data) for e in events]
-        for _, events in sorted(logs.items(), key=lambda kv: kv[1][0].time if kv[1] else 0)
-    ]
-
-
 def explore_cancellation(
     scenario: Scenario,
     *,
@@ -336,7 +345,7 @@ def explore_cancellation(
         providers: A zero-argument factory of the providers mapping (fresh models per run).
         tools: Runtime tools.
         store_factory: Makes a fresh store per run; it must not use threads (use memory).
-        seed: Seeds trio's scheduler, the runtime's random source and ``random``.
+        seed: Seeds the runtime's random source and ``random``.
         max_checkpoints: Explore at most this many checkpoints (spread evenly), or all.
 
     Returns:
@@ -346,22 +355,23 @@ def explore_cancellation(
     dry = _one_run(scenario, providers, tools, store_factory, seed, None)
     failures = [(0, problem) for problem in dry.problems]
     again = _one_run(scenario, providers, tools, store_factory, seed, None)
-    if again.checkpoints != dry.checkpoints:
+    if sorted(again.points) != sorted(dry.points):
         failures.append(
             (
                 0,
-                f"K is not stable: {dry.checkpoints} then {again.checkpoints}"
-                " (non-deterministic scenario)",
+                f"K is not stable: {len(dry.points)} then {len(again.points)} checkpoints, or"
+                " other ones (non-deterministic scenario)",
             )
         )
-    k = dry.checkpoints
+    ordered = sorted(dry.points)
+    k = len(ordered)
     points = list(range(1, k + 1))
     if max_checkpoints is not None and k > max_checkpoints:
         stride = k / max_checkpoints
         points = sorted({1 + int(i * stride) for i in range(max_checkpoints)})
     sites: set[str] = set()
     for n in points:
-        run = _one_run(scenario, providers, tools, store_factory, seed, n)
+        run = _one_run(scenario, providers, tools, store_factory, seed, ordered[n - 1])
         if run.site is not None:
             sites.add(run.site)
         failures.extend((n, problem) for problem in run.problems)

@@ -1,0 +1,63 @@
+"""``Attempt``: one model call; what its closer appends for a stream cut by a cancel."""
+
+from __future__ import annotations
+
+from dsh_agent_loop import Reply
+from dsh_agent_loop.agent.attempt import Attempt
+from dsh_agent_loop.agent.turn import Turn
+from dsh_agent_loop.llm.assemble import FOLD_CHUNK, Assembler
+from dsh_agent_loop.llm.base import BlockEnd, BlockStart, TextDelta, ToolCallDelta
+
+from .conftest import harness
+
+
+def _fed(*chunks: object) -> Assembler:
+    asm = Assembler()
+    for chunk in chunks:
+        FOLD_CHUNK[type(chunk)](asm, chunk)
+    return asm
+
+
+async def test_closing_an_attempt_without_a_stream_appends_nothing(autojump_clock):
+    async with harness([Reply.text("hi")]) as h:
+        attempt = Attempt(Turn(h.agent, 1), 1)
+        size = len(h.agent.log)
+        assert attempt.close() == []
+        assert len(h.agent.log) == size
+
+
+async def test_an_empty_cut_stream_is_an_aborted_attempt(autojump_clock):
+    async with harness([Reply.text("hi")]) as h:
+        attempt = Attempt(Turn(h.agent, 1), 2)
+        attempt.asm = Assembler()
+        assert attempt.close() == []
+        [event] = h.events[-1:]
+        assert event.type == "assistant/attempt"
+        assert event.data["stream"] == {"attempt": 2}
+        assert event.data["failure"]["code"] == "ABORTED"
+        assert attempt.asm is None
+        assert attempt.close() == []  # closed once
+
+
+async def test_a_cut_stream_keeps_the_delivered_prefix_and_returns_whole_calls(autojump_clock):
+    async with harness([Reply.text("hi")]) as h:
+        attempt = Attempt(Turn(h.agent, 1), 1)
+        attempt.asm = _fed(
+            BlockStart(0, "text"),
+            TextDelta(0, "Hel"),
+            BlockEnd(0),
+            BlockStart(1, "tool-call", "c1", "add"),
+            ToolCallDelta(1, "{}"),
+            BlockEnd(1),
+            BlockStart(2, "tool-call", "c2", "add"),
+            ToolCallDelta(2, '{"a'),  # cut mid-arguments: dropped
+        )
+        calls = attempt.close()
+        [event] = h.events[-1:]
+        assert event.type == "assistant/message"
+        assert event.data["interrupted"] is True
+        assert event.data["stream"] == {"attempt": 1, "finish": "aborted"}
+        content = event.data["message"]["content"]
+        assert [b["type"] for b in content] == ["text", "tool-call"]
+        assert content[0]["text"] == "Hel"
+        assert [c["call_id"] for c in calls] == ["c1"]

@@ -1,0 +1,91 @@
+"""Event payload builders and the runtime's record cache (``session/records.py``)."""
+
+from __future__ import annotations
+
+import attrs
+import trio
+
+from dsh_agent_loop import MemoryStore, Reply, ScriptedModel, open_runtime
+from dsh_agent_loop.session.records import (
+    SHARED_POSITIONS,
+    STREAM_RECORDS_MAX,
+    RecordCache,
+    abandoned_attempt_data,
+    assistant_message_data,
+)
+
+from ..agent.conftest import OPTIONS
+
+
+def test_positions_are_shared_within_a_cache_and_bounded() -> None:
+    cache = RecordCache()
+    assert cache.step_data(1, 2) is cache.step_data(1, 2)
+    assert cache.step_data(1, 2) == {"turn": 1, "step": 2}
+    assert cache.turn_data(3) is cache.turn_data(3)
+    assert cache.turn_data(3) == {"turn": 3}
+    held = len(cache)
+    big = SHARED_POSITIONS + 1
+    assert cache.step_data(big, 1) == {"turn": big, "step": 1}
+    assert cache.step_data(big, 1) is not cache.step_data(big, 1)  # not kept
+    assert len(cache) == held
+
+
+def test_stream_records_are_bounded() -> None:
+    cache = RecordCache()
+    first = cache.stream_record(1, "stop", None)
+    assert first == {"attempt": 1, "finish": "stop"}
+    assert cache.stream_record(1, "stop", None) is first
+    assert cache.stream_record(2, "stop", "end_turn") == {
+        "attempt": 2,
+        "finish": "stop",
+        "stop_reason": "end_turn",
+    }
+    for n in range(STREAM_RECORDS_MAX + 10):
+        cache.stream_record(n, "tool-calls", None)
+    assert len(cache) <= STREAM_RECORDS_MAX
+
+
+def test_builders_keep_the_field_order_of_the_log() -> None:
+    data = assistant_message_data(1, 2, (), RecordCache().stream_record(1, "stop", None))
+    assert list(data) == ["turn", "step", "message", "stream"]
+    failed = abandoned_attempt_data(1, 2, 3, "he", "", {"code": "X"})  # type: ignore[arg-type]
+    assert list(failed) == ["turn", "step", "stream", "failure"]
+    assert failed["stream"] == {"attempt": 3, "text": "he"}
+
+
+async def _turn_records(store: MemoryStore) -> tuple[object, list[object]]:
+    async with open_runtime(
+        store=store, providers={"scripted": ScriptedModel([Reply.text("hi")])}
+    ) as rt:
+        handle = await rt.agents.create(options=OPTIONS)
+        handle.agent.followup("go")
+        await handle.agent.wait_idle()
+        shared = [
+            e.data for e in handle.agent.session.events if e.type in ("turn/start", "step/start")
+        ]
+        return handle.agent.services.records, shared
+
+
+async def test_each_runtime_owns_its_record_cache() -> None:
+    cache_a, records_a = await _turn_records(MemoryStore())
+    cache_b, records_b = await _turn_records(MemoryStore())
+    assert isinstance(cache_a, RecordCache)
+    assert cache_a is not cache_b
+    assert records_a == records_b  # the same payloads ...
+    assert all(a is not b for a, b in zip(records_a, records_b, strict=True))  # ... not shared
+    await trio.lowlevel.checkpoint()
+
+
+async def test_agents_of_one_runtime_share_their_runtime_cache() -> None:
+    model = ScriptedModel([Reply.text("hi")], loop=True)
+    async with open_runtime(store=MemoryStore(), providers={"scripted": model}) as rt:
+        a = await rt.agents.create(options=OPTIONS)
+        b = await rt.agents.create(options=attrs.evolve(OPTIONS, id="other"))
+        for handle in (a, b):
+            handle.agent.followup("go")
+            await handle.agent.wait_idle()
+        assert a.agent.services.records is b.agent.services.records
+        starts = [
+            next(e.data for e in h.agent.session.events if e.type == "turn/start") for h in (a, b)
+        ]
+        assert starts[0] is starts[1]
