@@ -7,11 +7,14 @@ task (the actor that owns it) and is cancellable like any trio wait.
 
 from __future__ import annotations
 
+from typing import final
+
 import trio
 
 __all__ = ["Wakeup"]
 
 
+@final
 class Wakeup:
     """Park one task until ``fire()``; ``fire()`` with nobody parked does nothing."""
 
@@ -39,6 +42,7 @@ class Wakeup:
             trio.lowlevel.reschedule(task)
 
 
+@final
 class Latch:
     """A one-shot event whose ``trio.Event`` is only made when someone waits before it is set."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, final
 
 import attrs
 
@@ -109,6 +109,7 @@ def _freeze_seqs(value: Any) -> tuple[int, ...] | None:
     return None if value is None else tuple(value)
 
 
+@final
 @attrs.frozen(slots=True)
 class Event:
     """One fact in a session log, or (with ``seq=None``) a live notification."""

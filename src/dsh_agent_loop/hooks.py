@@ -143,6 +143,7 @@ class HookScope:
             dispose()
 
 
+@final
 class HookChain:
     """Runs hooks over a runtime bus plus an optional scoped bus (runtime listeners first)."""
 

@@ -49,6 +49,7 @@ __all__ = ["Runtime", "RuntimeStatistics", "StartFailure", "open_runtime"]
 SHUTDOWN_TIMEOUT = 30.0
 
 
+@final
 @attrs.frozen
 class StartFailure:
     """A declared agent that failed to start."""
@@ -57,6 +58,7 @@ class StartFailure:
     error: BaseException
 
 
+@final
 @attrs.frozen
 class RuntimeStatistics:
     """A snapshot of one runtime's counters (``rt.statistics()``)."""
@@ -71,6 +73,7 @@ class RuntimeStatistics:
     """Sessions whose appended events wait for the group-commit timer."""
 
 
+@final
 class Runtime:
     """The live runtime inside ``open_runtime``: ``agents``, ``hooks``, ``store``, ``settings``."""
 

@@ -54,6 +54,7 @@ __all__ = ["Agent", "AgentScope", "AgentStatistics", "Services"]
 Status = Literal["idle", "running"]
 
 
+@final
 @attrs.define(eq=False)
 class Services:
     """What a runtime lends its agents (passed explicitly; no globals)."""
@@ -74,6 +75,7 @@ class Services:
     """Frozen payloads shared by this runtime's agents (one cache per runtime)."""
 
 
+@final
 class AgentScope:
     """What ``setup(scope, agent)`` receives: scoped hooks, tools and persona for one agent."""
 
@@ -107,6 +109,7 @@ class AgentScope:
         self.tools.clear()
 
 
+@final
 @attrs.frozen
 class AgentStatistics:
     """A snapshot of one agent's counters."""

@@ -10,7 +10,7 @@ the ``inserted`` / ``claimed`` / ``discarded`` notifications.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, final
 
 from .._frozen import FrozenDict, freeze
 from ..events import INBOX_CLAIMED, INBOX_DISCARDED, INBOX_INSERTED, INBOX_SPLICED
@@ -40,6 +40,7 @@ def user_message(message_id: str, content: MessageInput, source: str | None = No
     return FrozenDict(data)
 
 
+@final
 class Inbox:
     """Pending messages of one agent, backed by its session log."""
 

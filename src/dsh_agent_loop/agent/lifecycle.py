@@ -29,7 +29,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, final
 
 import trio
 
@@ -67,6 +67,7 @@ WRITER_CLOSE_TIMEOUT = 2 * CLOSE_TIMEOUT
 _log = logging.getLogger("dsh_agent_loop.lifecycle")
 
 
+@final
 class AgentHandle:
     """Owns one live agent; ``dispose()`` tears it down exactly once."""
 
@@ -176,6 +177,7 @@ class AgentHandle:
             raise self._writer.failure
 
 
+@final
 class Agents:
     """``rt.agents``: create, resume, look up and list live agents."""
 

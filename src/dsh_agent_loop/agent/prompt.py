@@ -62,6 +62,7 @@ def render(assembly: PromptAssembly) -> str:
     return "\n\n".join(s.text for s in assembly.sections if s.text)
 
 
+@final
 @attrs.frozen
 class SystemDraft:
     """A ``system/message`` to append; ``replaces`` is the seq it replaces, or None (append)."""

@@ -26,7 +26,7 @@ cancellation) is not an answer: it propagates, as trio expects.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, final
 
 import trio
 
@@ -100,6 +100,7 @@ class _Call:
             self.done.set()
 
 
+@final
 class ToolBatch:
     """The tool calls of one assistant message, from admission to committed results."""
 

@@ -52,6 +52,7 @@ _ENTER: Final = PreStepDecision.enter(())
 _NO_STEP: Final = FrozenDict()
 
 
+@final
 class TurnFailed(AgentLoopError):
     """Ends the turn ``error`` with ``code``."""
 

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Final
+from typing import Any, Final, final
 
 import attrs
 from rich.console import Console
@@ -46,6 +46,7 @@ DEFAULT_TARGETS: Final[Mapping[str, float]] = {
 SSE_TARGET_CHUNKS_PER_S: Final = 100_000
 
 
+@final
 @attrs.frozen
 class Row:
     """One table row."""

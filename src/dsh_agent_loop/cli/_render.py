@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, final
 
 from rich.console import Console
 from rich.panel import Panel
@@ -225,6 +225,7 @@ class _Block:
         self.line = ""
 
 
+@final
 class StreamRenderer:
     """Shows agents' live output on ``console``; attach it with ``attach(hooks)``.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, final
 
 from ..config import RuntimeConfig, load_config, load_settings_file
 from ..session.store import SessionStore
@@ -42,6 +42,7 @@ EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 
 
+@final
 class CliError(Exception):
     """An error shown to the user as one line (its message, verbatim) with an exit code."""
 

@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import Any, Final, final
 
 import attrs
 import trio
@@ -69,6 +69,7 @@ async def sim_tool(n: int = 0) -> str:
     return f"ok {n}"
 
 
+@final
 @attrs.frozen
 class SimOptions:
     """What ``simulate`` was asked for."""
@@ -80,6 +81,7 @@ class SimOptions:
     seed: int = 0
 
 
+@final
 class SimScript:
     """Seeded replies: ``tools`` tool-call steps per turn, then a text reply."""
 
@@ -104,6 +106,7 @@ class SimScript:
         return Reply.text(" ".join(rng.choice(_VOCABULARY) for _ in range(REPLY_WORDS)))
 
 
+@final
 @attrs.frozen
 class SimSummary:
     """The figures ``simulate`` reports (also its ``--json`` record)."""

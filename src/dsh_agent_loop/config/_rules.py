@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import Annotated, Any, Final, Literal, TypeAlias
+from typing import Annotated, Any, Final, Literal, TypeAlias, final
 
 import attrs
 
@@ -22,6 +22,7 @@ Fault: TypeAlias = tuple[KeyPath, str]
 PROVIDER_KINDS: Final = ("openai", "anthropic", "scripted")
 
 
+@final
 class Invalid(ValueError):
     """A fault found by a hook: ``message`` at ``subpath`` below the value being structured."""
 
@@ -31,6 +32,7 @@ class Invalid(ValueError):
         self.subpath = subpath
 
 
+@final
 @attrs.frozen
 class Rule:
     """A single-value rule attached with ``Annotated``: its base type, then ``problem(value)``."""

@@ -32,6 +32,7 @@ class RuntimeConfig:
         return self.plugin.agents
 
 
+@final
 @attrs.frozen
 class PluginEntry:
     """One entry of ``plugins:`` (only this library's is read)."""
@@ -40,6 +41,7 @@ class PluginEntry:
     config: LoopConfig = attrs.field(factory=LoopConfig)
 
 
+@final
 @attrs.frozen
 class FileShape:
     """The file as written: ``plugins``, ``store``, ``providers``."""

@@ -9,7 +9,7 @@ every open block. On ``max-tokens`` or a cancel, an unended tool call is dropped
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, final
 
 from .._frozen import FrozenDict, freeze
 from .base import (
@@ -39,6 +39,7 @@ class _Block:
         self.metadata: Any = None
 
 
+@final
 class Assembler:
     """Folds chunks; ``content()`` returns the blocks of the assistant message."""
 

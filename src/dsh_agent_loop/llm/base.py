@@ -20,7 +20,7 @@ streaming are yielded as an ``error`` finish (raising ``ModelError`` from the it
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, ClassVar, Final, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Final, Literal, Protocol, final, runtime_checkable
 
 import attrs
 
@@ -54,6 +54,7 @@ SystemPromptUpdate = Literal["in-history"] | None
 TRANSIENT_CODES: Final = frozenset({"HTTP_429", "HTTP_5XX", "TIMEOUT", "CONNECTION", "STREAM_CUT"})
 
 
+@final
 @attrs.frozen(slots=True)
 class Failure:
     """A normalised model-call failure."""
@@ -85,6 +86,7 @@ class ModelError(AgentLoopError):
         self.failure = failure
 
 
+@final
 @attrs.frozen(slots=True)
 class Usage:
     """Token usage of one model call."""
@@ -104,6 +106,7 @@ class Usage:
         return out
 
 
+@final
 @attrs.frozen(slots=True)
 class BlockStart:
     """A content block opens at ``index``."""
@@ -117,6 +120,7 @@ class BlockStart:
     """Tool calls: the tool name."""
 
 
+@final
 @attrs.frozen(slots=True)
 class TextDelta:
     """Text appended to block ``index``."""
@@ -126,6 +130,7 @@ class TextDelta:
     text: str
 
 
+@final
 @attrs.frozen(slots=True)
 class ReasoningDelta:
     """Reasoning text appended to block ``index``."""
@@ -135,6 +140,7 @@ class ReasoningDelta:
     text: str
 
 
+@final
 @attrs.frozen(slots=True)
 class ToolCallDelta:
     """Raw JSON argument text appended to tool-call block ``index``."""
@@ -144,6 +150,7 @@ class ToolCallDelta:
     arguments: str
 
 
+@final
 @attrs.frozen(slots=True)
 class BlockEnd:
     """Block ``index`` is complete; ``metadata`` is opaque provider data kept on the block."""
@@ -153,6 +160,7 @@ class BlockEnd:
     metadata: Mapping[str, Any] | None = None
 
 
+@final
 @attrs.frozen(slots=True)
 class UsageChunk:
     """Token usage (may arrive before or after the finish)."""
@@ -161,6 +169,7 @@ class UsageChunk:
     usage: Usage
 
 
+@final
 @attrs.frozen(slots=True)
 class Finish:
     """The model finished; ``failure`` is set exactly when ``reason == "error"``."""
@@ -183,6 +192,7 @@ def _freeze_tuple(value: Sequence[Any]) -> Sequence[Any]:
     return value if type(value) is tuple else tuple(value)
 
 
+@final
 @attrs.frozen(slots=True)
 class ModelRequest:
     """What one model attempt is asked: ``{**config, messages, tools}``, frozen.
@@ -238,6 +248,7 @@ make_usage: Final[Callable[[int, int], Usage]] = slot_constructor(
 StreamFn = Callable[[ModelRequest], AsyncIterator[Chunk]]
 
 
+@final
 @attrs.frozen(slots=True)
 class PreparedCall:
     """A route resolved by ``prepare_call``: effective config, declared capabilities, stream."""

@@ -14,7 +14,7 @@ views handed out earlier keep what they showed. Sans-I/O.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, overload
+from typing import Any, final, overload
 
 from .._frozen import FrozenDict
 from ..events import SURFACE_TYPES, SYSTEM_MESSAGE, Event
@@ -22,6 +22,7 @@ from ..events import SURFACE_TYPES, SYSTEM_MESSAGE, Event
 __all__ = ["MessagesView", "SurfaceProjection", "message_text"]
 
 
+@final
 class MessagesView(Sequence[FrozenDict]):
     """An immutable view of the first ``n`` messages of an append-only list."""
 
@@ -77,6 +78,7 @@ def _is_visible(event: Event) -> bool:
     return not (event.type == SYSTEM_MESSAGE and not message.get("content"))
 
 
+@final
 class SurfaceProjection:
     """Folds surface events; answers derived history and the surviving system nodes."""
 

@@ -9,7 +9,7 @@ them to the store.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, final
 
 from .._frozen import FrozenDict, freeze
 from ..events import DURABLE_TYPES, SURFACE_TYPES, Event, make_event
@@ -84,6 +84,7 @@ def _builtin_folds() -> dict[str, Callable[[Session, Event], None]]:
 _BUILTIN_FOLDS = _builtin_folds()
 
 
+@final
 class Session:
     """One session's log and projections. Owned by one agent; appended from its tasks."""
 
@@ -260,6 +261,7 @@ class Session:
         return self.surface.messages()
 
 
+@final
 class SessionView:
     """Read-only view of a session for users: ``events``, ``derive_messages()``, ``id``."""
 

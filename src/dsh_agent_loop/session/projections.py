@@ -141,6 +141,7 @@ class PendingList(Sequence[FrozenDict]):
         return removed
 
 
+@final
 class InboxProjection:
     """The two pending lists, rebuilt from splices."""
 
@@ -236,6 +237,7 @@ class InboxProjection:
         return {m["id"] for lst in self.lists.values() for m in lst}
 
 
+@final
 class LoopState:
     """What the driver derives from the log: turns, steps, request records, context text."""
 

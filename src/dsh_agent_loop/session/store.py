@@ -23,7 +23,7 @@ Contract (SPEC §14), the part every backend's conformance test checks:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol, overload, runtime_checkable
+from typing import Any, Literal, Protocol, final, overload, runtime_checkable
 
 import attrs
 
@@ -43,6 +43,7 @@ __all__ = [
 FORMAT_VERSION = 1
 
 
+@final
 @attrs.frozen
 class SessionInfo:
     """What ``list()`` and ``stat()`` report about a stored session."""

@@ -68,6 +68,7 @@ def as_store_error(exc: BaseException) -> StoreError:
     return error
 
 
+@final
 @attrs.frozen
 class WriterStatistics:
     """Counters of one writer."""
@@ -78,6 +79,7 @@ class WriterStatistics:
     failed: bool
 
 
+@final
 @attrs.frozen
 class CommitTimerStatistics:
     """What the commit timer is waiting on."""

@@ -44,6 +44,7 @@ def _as_tuple(texts: Iterable[str]) -> tuple[str, ...]:
     return texts if type(texts) is tuple else tuple(texts)
 
 
+@final
 @attrs.frozen
 class ToolResult:
     """What a tool returns (a plain ``str`` return is ``ToolResult(content=...)``)."""
@@ -60,6 +61,7 @@ class ToolResult:
     """JSON-compatible data logged with the result (not shown to the model)."""
 
 
+@final
 @attrs.frozen
 class ToolContext:
     """Passed to a handler that declares a parameter annotated ``ToolContext``."""
@@ -97,10 +99,12 @@ def make_context(
 Handler = Callable[[Mapping[str, Any], ToolContext], Awaitable["ToolResult | str"]]
 
 
+@final
 class ArgumentsError(ValueError):
     """Raw arguments are not valid JSON, not an object, or violate the schema."""
 
 
+@final
 class InvalidToolResult(TypeError):
     """A tool returned what cannot be a result (the call's ``TOOL_ERROR``, never the agent's)."""
 
