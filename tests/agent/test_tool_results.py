@@ -26,7 +26,6 @@ from dsh_agent_loop import (
     open_runtime,
     tool,
 )
-from dsh_agent_loop._frozen import FrozenDict
 from dsh_agent_loop.tools.base import MAX_ECHO
 
 from .conftest import assert_well_formed, harness, of_type, plain, turn_ends, user_texts
@@ -166,26 +165,6 @@ async def test_the_error_text_of_an_invalid_result_is_bounded(autojump_clock):
     assert len(text) == MAX_ECHO + 1  # cut, with an ellipsis
 
 
-def test_valid_results_pass_unchanged_and_json_subclasses_become_plain_values():
-    from dsh_agent_loop.tools.results import checked_result
-
-    result = ToolResult("plain", meta={"a": [1, 2]})
-    checked, invalid = checked_result(result)
-    assert invalid is None
-    assert checked == ToolResult("plain", meta=FrozenDict(a=(1, 2)))  # meta frozen
-    assert checked_result("ascii") == ("ascii", None)
-    text = "naïve ☃"
-    assert checked_result(text)[0] is text  # valid non-ASCII text is not copied
-    kept = ToolResult("ok")
-    assert checked_result(kept)[0] is kept  # nothing to change: the same object
-    checked, invalid = checked_result(ToolResult("ok", meta={"c": _Color.RED, "t": (1,)}))
-    assert invalid is None
-    assert isinstance(checked, ToolResult)
-    assert checked.meta == {"c": 1, "t": (1,)}
-    assert checked.meta is not None
-    assert type(checked.meta["c"]) is int
-
-
 SURROGATE_CONTENT = "before \ud800 after \udfff"
 
 
@@ -238,25 +217,6 @@ async def test_surrogates_are_escaped_so_every_store_can_encode_them(tmp_path, s
     assert turn_ends(events) == [{"kind": "completed"}]
     assert [e.data for e in stored] == [e.data for e in events]
     assert_well_formed(stored)
-
-
-def test_escape_surrogates_keeps_valid_text_and_escapes_each_surrogate():
-    from dsh_agent_loop.tools.results import escape_surrogates
-
-    assert escape_surrogates("abc") == "abc"
-    assert escape_surrogates("é☃😀") == "é☃😀"
-    assert escape_surrogates("\ud83d\ude00") == "\\ud83d\\ude00"  # a pair in a str is two
-    assert escape_surrogates("x\ud800y") == "x\\ud800y"
-    escaped = escape_surrogates("\udfff")
-    assert escaped.encode("utf-8") == b"\\udfff"
-
-    class Text(str):
-        def __str__(self) -> str:
-            raise AssertionError("never called")
-
-    plain_text = escape_surrogates(Text("sub"))
-    assert type(plain_text) is str
-    assert plain_text == "sub"
 
 
 class _StrRaises(Exception):

@@ -23,7 +23,7 @@ from dsh_agent_loop.errors import (
     StoreError,
 )
 from dsh_agent_loop.session.store import ReadHandle, SessionStore, WriteHandle
-from dsh_agent_loop.stores import JsonlStore, MemoryStore, SqliteStore, store_from_url
+from dsh_agent_loop.stores import SqliteStore
 
 from .conftest import StoreFactory, drop_pg_tables, ev, header, new_pg_prefix, postgres_dsn
 
@@ -592,58 +592,3 @@ async def test_postgres_rejects_bad_options() -> None:
         PostgresStore("postgresql://x/y", table_prefix="bad-prefix; DROP")
     with pytest.raises(ValueError, match="lease_ttl"):
         PostgresStore("postgresql://x/y", lease_ttl=0)
-
-
-# --- store URLs --------------------------------------------------------------------------------
-
-
-def test_store_from_url_builds_each_backend(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from dsh_agent_loop.stores.postgres import PostgresStore
-
-    monkeypatch.chdir(tmp_path)
-    for url in ("memory", "memory:", "memory://"):
-        assert isinstance(store_from_url(url), MemoryStore)
-    relative = store_from_url("sqlite:///data/s.db")
-    assert isinstance(relative, SqliteStore)
-    assert relative._path == "data/s.db"
-    absolute = store_from_url("sqlite:////var/lib/s.db")
-    assert isinstance(absolute, SqliteStore)
-    assert absolute._path == "/var/lib/s.db"
-    jsonl = store_from_url("jsonl:///logs")
-    assert isinstance(jsonl, JsonlStore)
-    assert jsonl._directory == "logs"
-    for url in ("postgresql://u@h:5432/db", "postgres://u@h/db?sslmode=disable"):
-        pg = store_from_url(url)
-        assert isinstance(pg, PostgresStore)
-        assert pg._dsn == url
-
-
-@pytest.mark.parametrize(
-    ("url", "message"),
-    [
-        ("sqlite://relative.db", "sqlite:///"),
-        ("sqlite:///", "empty"),
-        ("jsonl:/x", "jsonl:///"),
-        ("memory:/tmp/x", "no path"),
-        ("redis://localhost", "unsupported"),
-        ("postgresql:db", "postgresql://"),
-        ("", "unsupported"),
-    ],
-)
-def test_store_from_url_rejects_bad_urls(url: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        store_from_url(url)
-
-
-async def test_store_from_url_relative_sqlite_path_is_used_from_cwd(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    store = store_from_url("sqlite:///nested/dir/s.db")
-    try:
-        await make_session(store, "s1", 1)
-    finally:
-        await store.aclose()
-    assert (tmp_path / "nested" / "dir" / "s.db").is_file()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
 import trio
 
 from dsh_agent_loop import Deny, Reply, Tool, ToolContext, ToolResult, tool
@@ -488,34 +487,6 @@ async def test_options_tools_limit_what_the_model_sees(autojump_clock):
         (result,) = h.of_type("tool/result")
         assert result.data["error"]["code"] == "UNKNOWN_TOOL"
         assert turn_ends(h.events) == [{"kind": "completed"}]
-
-
-def test_tool_decorator_derives_name_description_and_schema():
-    @tool(execution_mode="exclusive")
-    async def set_note(text: str, count: int = 2) -> str:
-        """Store a note.
-
-        Longer description that is not used.
-        """
-        return text
-
-    assert set_note.name == "set_note"
-    assert set_note.description == "Store a note."
-    assert set_note.execution_mode == "exclusive"
-    assert plain(set_note.parameters) == {
-        "type": "object",
-        "properties": {"text": {"type": "string"}, "count": {"type": "integer", "default": 2}},
-        "required": ["text"],
-        "additionalProperties": False,
-    }
-    with pytest.raises(TypeError):
-
-        @tool
-        def not_async(x: int) -> str:  # pragma: no cover - rejected at decoration
-            return ""
-
-    with pytest.raises(ValueError, match="execution_mode"):
-        Tool(name="t", description="", parameters={}, handler=None, execution_mode="sometimes")
 
 
 # -- property: the scheduler's guarantees hold for random batches ---------------------------------

@@ -1,0 +1,77 @@
+"""Session projections (``session/projections.py``): the inbox fold and ``PendingList``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dsh_agent_loop._frozen import FrozenDict
+from dsh_agent_loop.agent.inbox import user_message
+from dsh_agent_loop.events import Event
+from dsh_agent_loop.session.log import Session
+from dsh_agent_loop.session.projections import InvalidSpliceError, PendingList
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"target": "next-turn", "start": 1, "removed_count": 0, "inserted": ()},
+        {"target": "next-turn", "start": 0, "removed_count": 1, "inserted": ()},
+        {"target": "next-turn", "start": -1, "removed_count": 0, "inserted": ()},
+        {"target": "elsewhere", "start": 0, "removed_count": 0, "inserted": ()},
+        {"target": "next-turn", "start": "0", "removed_count": 0, "inserted": ()},
+    ],
+)
+def test_an_invalid_persisted_splice_is_refused(data):
+    good = Event(
+        "agent/inbox/spliced",
+        0,
+        0.0,
+        {
+            "target": "next-step",
+            "start": 0,
+            "removed_count": 0,
+            "inserted": (user_message("m-1", "x"),),
+        },
+    )
+    bad = Event("agent/inbox/spliced", 1, 0.0, data)
+    with pytest.raises(InvalidSpliceError, match="invalid persisted inbox splice at session seq 1"):
+        Session({"session_id": "s"}, clock=lambda: 0.0, events=[good, bad])
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 60), st.integers(0, 60), st.integers(0, 40)),
+        max_size=25,
+    ),
+    st.integers(-70, 70),
+    st.integers(-70, 70),
+    st.sampled_from([None, 1, 2, -1, 3, -3]),
+)
+def test_pending_list_reads_like_a_list(splices_, start, stop, step):
+    """``PendingList`` indexes, slices, iterates and compares like the list it stands for."""
+    pending = PendingList()
+    model: list[Any] = []
+    fresh = iter(range(10**6))
+    for at, count, n_new in splices_:
+        at = min(at, len(model))
+        count = min(count, len(model) - at)
+        new = [FrozenDict(id=f"p-{next(fresh)}") for _ in range(n_new)]
+        assert pending.splice(at, count, new) == model[at : at + count]
+        model[at : at + count] = new
+        assert list(pending) == model
+        assert len(pending) == len(model)
+    assert pending[start:stop:step] == model[start:stop:step]
+    assert pending == model
+    assert pending == tuple(model)
+    assert pending != [*model, FrozenDict(id="extra")]
+    for index in (start, stop):
+        if -len(model) <= index < len(model):
+            assert pending[index] == model[index]
+        else:
+            with pytest.raises(IndexError):
+                pending[index]
