@@ -19,6 +19,7 @@ PINNED = {
         "AgentLoopError",
         "AgentOptions",
         "AgentScope",
+        "AnthropicProvider",
         "ConfigError",
         "Deny",
         "Event",
@@ -29,6 +30,7 @@ PINNED = {
         "JsonlStore",
         "MemoryStore",
         "ModelRequest",
+        "OpenAIProvider",
         "PreStepDecision",
         "PromptAssembly",
         "PromptSection",
@@ -60,6 +62,7 @@ PINNED = {
         "Reply",
         "ScriptedModel",
         "explore_cancellation",
+        "explore_cancellation_async",
     ],
     "dsh_agent_loop.stores": ["JsonlStore", "MemoryStore", "SqliteStore", "store_from_url"],
     "dsh_agent_loop.config": [

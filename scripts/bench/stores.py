@@ -38,14 +38,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import outcome
 import trio
 from loop import print_table, w1
 
-from dsh_agent_loop._frozen import thaw
-from dsh_agent_loop.events import Event
+from dsh_agent_loop.events import Event, event_to_json
 from dsh_agent_loop.session.store import SessionStore, WriteHandle
-from dsh_agent_loop.stores._rows import event_json
-from dsh_agent_loop.stores._threads import run_in_worker
 from dsh_agent_loop.stores.memory import MemoryStore
 from dsh_agent_loop.stores.sqlite import SqliteStore
 
@@ -56,18 +54,40 @@ W1_STEPS = 1000
 BATCH = 3
 
 
-def _batch(session: int, first: int) -> list[Event]:
-    """Three events shaped like a tool step's (result, step end, next call)."""
+def _batch_docs(session: int, first: int) -> list[dict[str, Any]]:
+    """Three events shaped like a tool step's (result, step end, next call), as plain dicts."""
     base = {"turn": 1, "step": first // BATCH}
     call_id = f"call-{session}-{first}"
     content = [{"type": "text", "text": "ok " * 20}]
     now = time.time()
     message = {"role": "tool", "call_id": call_id, "content": content}
     arguments = '{"query": "trio nursery"}'
+    result = {"type": "tool/result", "seq": first, "time": now}
     return [
-        Event("tool/result", first, now, {**base, "message": message}, source_event_seqs=(first,)),
-        Event("step/end", first + 1, now, base),
-        Event("tool/call", first + 2, now, {**base, "call_id": call_id, "arguments": arguments}),
+        {**result, "data": {**base, "message": message}, "source_event_seqs": [first]},
+        {"type": "step/end", "seq": first + 1, "time": now, "data": base},
+        {
+            "type": "tool/call",
+            "seq": first + 2,
+            "time": now,
+            "data": {**base, "call_id": call_id, "arguments": arguments},
+        },
+    ]
+
+
+def _batch(session: int, first: int) -> list[Event]:
+    """``_batch_docs`` as events."""
+    return [
+        Event(
+            doc["type"],
+            doc["seq"],
+            doc["time"],
+            doc["data"],
+            source_event_seqs=tuple(doc["source_event_seqs"])
+            if "source_event_seqs" in doc
+            else None,
+        )
+        for doc in _batch_docs(session, first)
     ]
 
 
@@ -122,14 +142,9 @@ def _raw_rows(sessions: int, batches: int) -> Iterator[list[Row]]:
     for b in range(batches):
         rows: list[Row] = []
         for i in range(sessions):
-            for e in _batch(i, b * BATCH):
-                assert e.seq is not None
-                doc: dict[str, Any] = {"type": e.type, "seq": e.seq, "time": e.time}
-                doc["data"] = thaw(e.data)
-                if e.source_event_seqs is not None:
-                    doc["source_event_seqs"] = list(e.source_event_seqs)
+            for doc in _batch_docs(i, b * BATCH):
                 text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
-                rows.append((f"tp-{i}", e.seq, e.type, text))
+                rows.append((f"tp-{i}", doc["seq"], doc["type"], text))
         yield rows
 
 
@@ -213,6 +228,24 @@ def _nothing() -> None:
     return None
 
 
+async def _worker_hop() -> None:
+    """One empty round trip to a cached worker thread, as the SQLite store makes per commit.
+
+    The store hops with trio's thread cache directly (``trio.lowlevel.start_thread_soon``),
+    not through ``trio.to_thread.run_sync``, whose fixed cost is larger; the floor makes the
+    same hop with the same public primitives.
+    """
+    await trio.lowlevel.checkpoint_if_cancelled()
+    task = trio.lowlevel.current_task()
+    token = trio.lowlevel.current_trio_token()
+
+    def deliver(result: outcome.Outcome[None]) -> None:
+        token.run_sync_soon(trio.lowlevel.reschedule, task, result)
+
+    trio.lowlevel.start_thread_soon(_nothing, deliver)
+    await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+
+
 class _HopHandle:
     """A memory write handle whose commit also makes one empty worker-thread round trip."""
 
@@ -223,7 +256,7 @@ class _HopHandle:
         return getattr(self._inner, name)
 
     async def flush(self) -> None:
-        await run_in_worker(_nothing)
+        await _worker_hop()
         await self._inner.flush()
 
 
@@ -249,7 +282,7 @@ def raw_step_commit_us(path: str, rounds: int = 2000) -> float:
     conn = _raw_connection(path)
     try:
         step = [e for b in (0, 1) for e in _batch(0, b * BATCH)][:5]
-        texts = [event_json(e) for e in step]
+        texts = [event_to_json(e) for e in step]
         start = time.perf_counter()
         for r in range(rounds):
             rows = [("w1", r * 5 + i, e.type, texts[i]) for i, e in enumerate(step)]

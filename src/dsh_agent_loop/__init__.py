@@ -35,6 +35,8 @@ from .events import Event as Event
 from .hooks import HookBus as HookBus
 from .llm.base import Failure as Failure
 from .llm.base import ModelRequest as ModelRequest
+from .llm.providers import AnthropicProvider as AnthropicProvider
+from .llm.providers import OpenAIProvider as OpenAIProvider
 from .llm.scripted import Reply as Reply
 from .llm.scripted import ScriptedModel as ScriptedModel
 from .runtime import Runtime as Runtime
@@ -60,6 +62,7 @@ __all__ = [
     "AgentLoopError",
     "AgentOptions",
     "AgentScope",
+    "AnthropicProvider",
     "ConfigError",
     "Deny",
     "Event",
@@ -70,6 +73,7 @@ __all__ = [
     "JsonlStore",
     "MemoryStore",
     "ModelRequest",
+    "OpenAIProvider",
     "PreStepDecision",
     "PromptAssembly",
     "PromptSection",

@@ -1,14 +1,17 @@
 """``open_runtime``: composes store, router, tools, hooks and settings; owns the root nursery.
 
-Shutdown order is the design here. The runtime's root nursery holds the agent drivers (in a
-nursery of their own) and one writer host, whose nursery runs the session writers and the
-group-commit timer inside a shielded cancel scope. A cancel from outside the block — the scope
-around it, or the caller's nursery — reaches the body and the drivers at once, never the
-writers: a cancelled turn appends its closers (interrupted anchor, synthetic tool results,
-``step/end``, ``turn/end {aborted}``) and flushes them, shielded and bounded, to a writer that
-is still there. Only when every agent is disposed (each writer closed after its driver ended)
-and the drivers' nursery is done is the writer host cancelled, then the providers' clients and
-the store are closed. Every wait of that path is bounded, so a hung store cannot hang it.
+Shutdown order is the design here. The runtime's root nursery holds the group-commit timer
+(in a shielded scope of its own) and the agents' nursery, where each agent is one task with its
+own nursery: the task runs the agent's session writer, and the nursery holds the agent's driver
+(while there is work) and its tool workers. Each agent's nursery is shielded, so a cancel from
+outside the block — the scope around it, or the caller's nursery — reaches the body, never an
+agent directly. Leaving the block then disposes every agent: its running turn is aborted
+(``aborted {cause: disposed}``), appends its closers (interrupted anchor, synthetic tool
+results, ``step/end``, ``turn/end``) and flushes them, shielded and bounded, to its writer,
+which is still there; the writer then commits what is left and closes. An agent whose teardown
+overran is cancelled (its final commit is bounded too); only when every agent's task has ended
+are the timer cancelled and the providers' clients and the store closed. Every wait of that
+path is bounded, so a hung store cannot hang it.
 
 The runtime never outlives its ``async with`` block. Leaving it disposes every agent (each turn
 ends ``aborted {cause: disposed}``, each session writer flushes and releases ownership). An
@@ -29,14 +32,16 @@ from typing import Any, final
 import attrs
 import trio
 
-from .agent.driver import Services
-from .agent.lifecycle import Agents
+from .agent.driver import Agent, AgentScope, Services
+from .agent.lifecycle import Agents, Setup
 from .agent.options import AgentOptions
-from .config import RuntimeConfig, Settings, load_config
+from .config import AgentEntry, RuntimeConfig, Settings, load_config
+from .config.tools import agent_tools, runtime_tools
 from .errors import AgentLoopError
 from .events import CONFIG_START_FAILED, make_event
 from .hooks import HookBus, call_observer
 from .llm.base import ModelAdapter
+from .llm.providers import AnthropicProvider, OpenAIProvider
 from .llm.router import ModelRouter
 from .session.store import SessionStore
 from .session.writer import CommitTimer
@@ -64,7 +69,7 @@ class RuntimeStatistics:
     """A snapshot of one runtime's counters (``rt.statistics()``)."""
 
     agents: int
-    """Live agents (each one driver in the runtime's drivers' nursery)."""
+    """Live agents (each one task, with its own nursery, in the runtime's agents' nursery)."""
     sessions: int
     """Live sessions, each written by one live agent's session writer."""
     start_failures: int
@@ -81,7 +86,6 @@ class Runtime:
         self,
         *,
         nursery: trio.Nursery,
-        writer_nursery: trio.Nursery | None = None,
         store: SessionStore,
         router: ModelRouter,
         tools: Mapping[str, Tool],
@@ -118,7 +122,6 @@ class Runtime:
             services=self._services,
             hooks=self.hooks,
             nursery=nursery,
-            writer_nursery=writer_nursery,
             timer=self.commit_timer,
         )
 
@@ -145,15 +148,15 @@ class Runtime:
         """Start the agents declared in the config; failures go to ``start_failures``."""
         for entry in self.config.agents:
             try:
-                options = _options_from_entry(entry)
+                options, setup = _options_from_entry(entry)
                 if entry.resume_session_id is not None:
-                    await self.agents.resume(entry.resume_session_id, options=options)
+                    await self.agents.resume(entry.resume_session_id, options=options, setup=setup)
                 elif entry.session_id is not None:
                     await self.agents.resume(
-                        entry.session_id, options=options, create_if_missing=True
+                        entry.session_id, options=options, setup=setup, create_if_missing=True
                     )
                 else:
-                    await self.agents.create(options=options)
+                    await self.agents.create(options=options, setup=setup)
             except (AgentLoopError, OSError, ValueError) as exc:
                 self.start_failures.append(StartFailure(entry.id, exc))
                 if self.hooks.has("on", CONFIG_START_FAILED):
@@ -171,36 +174,15 @@ class Runtime:
             await self.agents.dispose_all()
 
 
-@final
-class _WriterHost:
-    """Hosts the session writers in a nursery that cancellation of the runtime cannot reach.
-
-    Its cancel scope is shielded and cancelled only by ``aclose``, which the runtime calls after
-    every driver has ended; each writer's own final commit is bounded, so ``aclose`` is too.
-    """
-
-    __slots__ = ("_ended", "_scope")
-
-    def __init__(self) -> None:
-        self._scope = trio.CancelScope(shield=True)
-        self._ended = trio.Event()
-
-    async def run(
-        self, *, task_status: trio.TaskStatus[trio.Nursery] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Hand out the writers' nursery, then keep it open until ``aclose``."""
-        try:
-            with self._scope:
-                async with trio.open_nursery() as nursery:
-                    task_status.started(nursery)
-                    await trio.sleep_forever()
-        finally:
-            self._ended.set()
-
-    async def aclose(self) -> None:
-        """Cancel whatever writer is left (their final commits run) and wait for the host."""
-        self._scope.cancel()
-        await self._ended.wait()
+async def _run_timer(
+    timer: CommitTimer,
+    scope: trio.CancelScope,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the group-commit timer in ``scope`` (shielded: it outlives every agent's task)."""
+    with scope:
+        await timer.run(task_status=task_status)
 
 
 def _frozen(data: dict[str, Any]) -> Any:
@@ -217,12 +199,20 @@ def _builtin_tool(name: str) -> Tool | None:
     return BUILTIN_TOOLS.get(name)
 
 
-def _options_from_entry(entry: Any) -> AgentOptions:
+def _options_from_entry(entry: AgentEntry) -> tuple[AgentOptions, Setup | None]:
+    """A declared agent's options, and the setup that adds its referenced tools (scoped)."""
     persona = entry.persona
     if persona is None and entry.persona_file is not None:
         with open(entry.persona_file, encoding="utf-8") as f:
             persona = f.read()
-    return AgentOptions(
+    listed = agent_tools(entry)
+    names: tuple[str, ...] | None = None if entry.tools is None else listed.names
+
+    async def add_tools(scope: AgentScope, agent: Agent) -> None:
+        for tool in listed.tools:
+            scope.add_tool(tool)
+
+    options = AgentOptions(
         id=entry.id,
         provider=entry.provider,
         model=entry.model,
@@ -230,9 +220,10 @@ def _options_from_entry(entry: Any) -> AgentOptions:
         max_tokens=entry.max_tokens,
         cwd=entry.cwd,
         persona=persona,
-        tools=entry.tools,
+        tools=names,  # type: ignore[arg-type]  # attrs plugin: optional(tuple) stays generic
         turn_budget=entry.turn_budget,
     )
+    return options, add_tools if listed.tools else None
 
 
 def _providers_from_config(config: RuntimeConfig) -> dict[str, ModelAdapter]:
@@ -240,6 +231,22 @@ def _providers_from_config(config: RuntimeConfig) -> dict[str, ModelAdapter]:
     from .llm.providers import adapter_from_config
 
     return {name: adapter_from_config(name, entry) for name, entry in config.providers.items()}
+
+
+def _tools_from_config(config: RuntimeConfig, explicit: Mapping[str, Tool]) -> dict[str, Tool]:
+    """The runtime tools: the config's (``tools`` of the plugin block), then ``tools=``."""
+    listed = runtime_tools(config.plugin, known=explicit)
+    return {**{t.name: t for t in listed}, **explicit}
+
+
+def _adapters_from_arguments(
+    providers: Mapping[str, ModelAdapter | OpenAIProvider | AnthropicProvider],
+) -> dict[str, ModelAdapter]:
+    """``open_runtime(providers=...)``: adapters as given, provider objects built."""
+    return {
+        name: p.adapter(name) if isinstance(p, OpenAIProvider | AnthropicProvider) else p
+        for name, p in providers.items()
+    }
 
 
 def _store_from_config(config: RuntimeConfig) -> SessionStore:
@@ -255,7 +262,7 @@ async def open_runtime(
     config: RuntimeConfig | str | Mapping[str, Any] | None = None,
     *,
     store: SessionStore | None = None,
-    providers: Mapping[str, ModelAdapter] | None = None,
+    providers: Mapping[str, ModelAdapter | OpenAIProvider | AnthropicProvider] | None = None,
     tools: Iterable[Tool] = (),
     max_parallel_tool_calls: int | None = None,
     settings: Mapping[str, Any] | None = None,
@@ -267,7 +274,8 @@ async def open_runtime(
     Args:
         config: A ``RuntimeConfig``, a path to a YAML file, or the same shape as a mapping.
         store: The session store (wins over the config's; default ``MemoryStore()``).
-        providers: Model adapters by provider name (win over config providers of the same name).
+        providers: Model adapters, or ``OpenAIProvider`` / ``AnthropicProvider`` objects, by
+            provider name (win over config providers of the same name).
         tools: Runtime tools, visible to every agent unless its options name a subset.
         max_parallel_tool_calls: Explicit setting (wins over every other layer).
         settings: The user settings layer (camelCase keys, like the plugin config block).
@@ -278,45 +286,48 @@ async def open_runtime(
         ConfigError: invalid configuration (before any store is opened).
     """
     explicit = dict(providers or {})
-    cfg = load_config(config, known_providers=explicit.keys())
+    explicit_tools = {t.name: t for t in tools}
+    cfg = load_config(config, known_providers=explicit.keys(), known_tools=explicit_tools)
     live_settings = Settings(
         cfg.plugin, user=settings, max_parallel_tool_calls=max_parallel_tool_calls
     )
     the_store = store if store is not None else _store_from_config(cfg)
-    adapters = {**_providers_from_config(cfg), **explicit}
+    adapters = {**_providers_from_config(cfg), **_adapters_from_arguments(explicit)}
     router = ModelRouter(adapters)
     body_error: BaseException | None = None
-    host = _WriterHost()
+    timer_scope = trio.CancelScope(shield=True)
     try:
         async with trio.open_nursery() as root:
-            writers: trio.Nursery = await root.start(host.run)
             try:
-                async with trio.open_nursery() as drivers:
+                async with trio.open_nursery() as agents:
                     rt = Runtime(
-                        nursery=drivers,
-                        writer_nursery=writers,
+                        nursery=agents,
                         store=the_store,
                         router=router,
-                        tools={t.name: t for t in tools},
+                        tools=_tools_from_config(cfg, explicit_tools),
                         settings=live_settings,
                         clock=clock or time.time,
                         rng=random.Random(seed),
                         config=cfg,
                     )
-                    await writers.start(rt.commit_timer.run)
+                    await root.start(_run_timer, rt.commit_timer, timer_scope)
                     try:
                         await rt.start_declared_agents()
                         yield rt
                     except BaseException as exc:
                         body_error = exc
                     finally:
-                        with trio.CancelScope(shield=True):
-                            await rt._dispose_agents()
-                        drivers.cancel_scope.cancel()
+                        try:
+                            with trio.CancelScope(shield=True):
+                                await rt._dispose_agents()
+                        finally:
+                            # Whatever teardown overran: its task's final commit is bounded.
+                            rt.agents.cancel_remaining()
+                            agents.cancel_scope.cancel()
             finally:
-                # Every driver has ended, its closers appended: now the writers may go.
+                # Every agent's task has ended, its closers committed: now the timer may go.
+                timer_scope.cancel()
                 with trio.CancelScope(shield=True):
-                    await host.aclose()
                     await _close(router, the_store)
     except BaseExceptionGroup as group:
         leaving: BaseException | None = _leaving(body_error, group)

@@ -5,15 +5,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
+from dsh_agent_loop.cli import _bench
+from dsh_agent_loop.cli._app import main
 from dsh_agent_loop.cli._bench import (
     DEFAULT_TARGETS,
+    Row,
     _loop_rows,
     _sse_rows,
     bench_scripts,
+    json_record,
     load_script,
+    missed,
     print_table,
+    report_misses,
+    tabulate,
     write_json,
 )
 
@@ -30,22 +38,44 @@ LOOP = {
     ],
 }
 SSE = {"sse_chunks_per_s": 200_000.0, "json_loads_per_s": 500_000.0, "ratio": 0.4, "chunks": 9.0}
+STORES = {
+    "memory_w1_us_per_step": 50.0,
+    "sqlite_w1_us_per_step": 120.0,
+    "sqlite_w1_ratio": 2.4,
+    "memory_hop_w1_us_per_step": 60.0,
+    "sqlite_raw_step_commit_us": 40.0,
+    "sqlite_w1_floor_us_per_step": 100.0,
+    "sqlite_append_events_per_s": 60_000.0,
+    "sqlite_raw_events_per_s": 100_000.0,
+    "sqlite_append_ratio": 0.6,
+    "postgres_w1_us_per_step": None,
+}
+#: Every target met.
+GOOD_LOOP = {
+    **LOOP,
+    "w1_us_per_step": 40.0,
+    "w1_growth_100_vs_10": 1.05,
+    "w2_us_per_step": 90.0,
+    "w3": [
+        {"agents": 1000, "steps_per_s": 6000.0, "ref_steps_per_s": 12000.0, "mb_per_agent": 0.02}
+    ],
+}
 
 
-def test_rows_read_as_times_slower_than_the_reference(tmp_path: Path) -> None:
+def test_rows_read_the_way_their_targets_are_stated(tmp_path: Path) -> None:
     rows = [*_loop_rows(LOOP, DEFAULT_TARGETS), *_sse_rows(SSE, DEFAULT_TARGETS)]
     by_key = {row.key: row for row in rows}
     assert by_key["w1"].ratio == 15.0
     assert by_key["w2"].ratio == 15.0
-    assert by_key["w3"].ratio == 4.0  # a rate: reference / ours
-    assert by_key["sse_abs"].ratio == 2.5
+    assert by_key["w3"].ratio == 0.25  # a rate: a share of the reference's
+    assert by_key["sse_abs"].ratio == 0.4
     assert by_key["sse_abs"].met is True  # 200,000/s ≥ 100,000/s
     assert by_key["w1"].met is False  # 15× > 5×
     assert by_key["w3"].met is True  # 25% of the reference ≥ 20%
     assert by_key["w1_growth"].ratio is None
     assert by_key["w1_growth"].met is False  # 1.5 > 1.2
     assert by_key["w3_mb"].met is True
-    console = Console(width=120, record=True)
+    console = Console(width=140, record=True)
     print_table(rows, console)
     text = console.export_text()
     for fragment in (
@@ -54,7 +84,8 @@ def test_rows_read_as_times_slower_than_the_reference(tmp_path: Path) -> None:
         "10.0 µs",
         "15.0x",
         "≤ 5x missed",
-        "≤ 5x ok",
+        "25%",
+        "≥ 20% ok",
         "≥ 100,000/s ok",
     ):
         assert fragment in text
@@ -62,6 +93,66 @@ def test_rows_read_as_times_slower_than_the_reference(tmp_path: Path) -> None:
     record = json.loads((tmp_path / "b.json").read_text(encoding="utf-8"))
     assert record["results"]["loop"] == LOOP
     assert [row["key"] for row in record["rows"]] == [row.key for row in rows]
+
+
+def _table_cells(rows: list[Row]) -> dict[str, list[str]]:
+    console = Console(width=200, record=True)
+    print_table(rows, console)
+    cells: dict[str, list[str]] = {}
+    for line in console.export_text().splitlines():
+        parts = [p.strip() for p in line.strip("│┃ ").split("│")]
+        if len(parts) == 5:
+            cells[parts[0]] = parts
+    return cells
+
+
+def test_the_table_ratio_is_the_json_ratio() -> None:
+    rows = tabulate({"loop": LOOP, "stores": STORES, "sse": SSE})
+    record = json.loads(json.dumps(json_record({"loop": LOOP, "stores": STORES}, rows)))
+    cells = _table_cells(rows)
+    assert len(record["rows"]) == len(rows) == 9
+    for row in record["rows"]:
+        shown = cells[row["workload"].strip()][3]
+        if row["ratio"] is None:
+            assert shown == "-"
+        elif row["share"]:
+            assert shown == f"{row['ratio']:.0%}"
+        else:
+            assert shown == f"{row['ratio']:.1f}x"
+        assert shown == row["ratio_text"]
+    by_key = {row["key"]: row for row in record["rows"]}
+    # The share in the table is the figure the store benchmark records.
+    assert by_key["sqlite_append"]["ratio"] == STORES["sqlite_append_ratio"]
+    assert by_key["sqlite_w1"]["ratio"] == STORES["sqlite_w1_ratio"]
+    assert cells["SQLite append events/s (ref: raw sqlite3 executemany)"][3:] == ["60%", "≥ 50% ok"]
+
+
+def test_the_store_table_prints_the_reference_floor() -> None:
+    cells = _table_cells(tabulate({"stores": STORES}))
+    floor = cells["floor: memory W1 + worker hop + sqlite3 commit"]
+    assert floor[1:] == ["100.0 µs", "50.0 µs", "2.0x", "-"]
+    assert cells["W1 µs/step, SqliteStore (ref: MemoryStore)"][3:] == ["2.4x", "≤ 2x missed"]
+
+
+def test_check_names_every_missed_target() -> None:
+    assert missed(tabulate({"loop": GOOD_LOOP})) == []
+    rows = tabulate({"loop": LOOP, "stores": STORES, "sse": SSE})
+    assert [row.key for row in missed(rows)] == ["w1", "w1_growth", "w2", "sqlite_w1"]
+    slow = {**GOOD_LOOP, "w3": [{**GOOD_LOOP["w3"][0], "steps_per_s": 2000.0}]}
+    assert [row.key for row in missed(tabulate({"loop": slow}))] == ["w3"]  # 17% < 20%
+    fat = {**GOOD_LOOP, "w3": [{**GOOD_LOOP["w3"][0], "mb_per_agent": 0.031}]}
+    assert [row.key for row in missed(tabulate({"loop": fat}))] == ["w3_mb"]
+    errors = Console(width=200, record=True)
+    assert report_misses(rows, errors) == 1
+    lines = errors.export_text().splitlines()
+    assert (
+        lines[0]
+        == "target missed: W1 µs/step, 1 tool: 150.0 µs vs 10.0 µs, ratio 15.0x, target ≤ 5x"
+    )
+    assert len(lines) == 4
+    quiet = Console(record=True)
+    assert report_misses(tabulate({"loop": GOOD_LOOP}), quiet) == 0
+    assert quiet.export_text() == ""
 
 
 def test_bench_help_names_its_options(tmp_path: Path) -> None:
@@ -85,3 +176,23 @@ def test_bench_without_the_source_tree_says_where_the_benchmarks_are(tmp_path: P
     assert done.stdout == ""
     assert "the benchmarks ship with the source tree (scripts/bench/)" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("loop", "code"), [(LOOP, 1), (GOOD_LOOP, 0)])
+def test_bench_check_exit_code_follows_the_misses(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    loop: dict[str, object],
+    code: int,
+) -> None:
+    results = {"loop": loop}
+    monkeypatch.setattr(_bench, "run_benchmarks", lambda quick: (results, tabulate(results)))
+    out = tmp_path / "b.json"
+    assert main(["bench", "--quick", "--check", "--json", str(out)]) == code
+    assert main(["bench", "--quick"]) == 0  # without --check a miss is only shown
+    captured = capsys.readouterr()
+    assert ("target missed: W1 µs/step" in captured.err) is (code == 1)
+    assert json.loads(out.read_text(encoding="utf-8"))["missed"] == (
+        ["w1", "w1_growth", "w2"] if code else []
+    )

@@ -34,10 +34,10 @@ BAD = [
         id="string-for-integer",
     ),
     pytest.param(
-        agents("{id: a, provider: s, max_tokens: 5}"),
-        "plugins[0].config.agents[0].max_tokens",
+        agents("{id: a, provider: s, maxTokenz: 5}"),
+        "plugins[0].config.agents[0].maxTokenz",
         "unknown key",
-        id="snake-case-agent-key",
+        id="misspelt-agent-key",
     ),
     pytest.param("plugin: []\n", "plugin", "unknown key", id="unknown-top-level-key"),
     pytest.param(

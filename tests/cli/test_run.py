@@ -140,9 +140,10 @@ def test_ctrl_c_cancels_the_running_turns(tmp_path: Path) -> None:
     try:
         term.expect("working")
         term.send("\x03")
-        assert term.wait() == 0  # aborted does not count
+        assert term.wait() == 130  # interrupted, as a shell reports Ctrl-C
     finally:
         term.close()
     assert "tool call: list_dir" not in term.output
     assert re.search(r"assistant/message .*INTERRUPTED", term.output)
     assert re.search(r"turn/end\s+turn 1  aborted:user", term.output)
+    assert "interrupted: the cancelled turns are stored as aborted" in term.output

@@ -62,14 +62,22 @@ def test_list_on_a_narrow_terminal_keeps_the_whole_id_on_its_row(workdir: Path) 
     assert "…" not in plain
 
 
-def test_show_prints_one_line_per_event(workdir: Path) -> None:
+def test_show_prints_plain_words_and_token_totals(workdir: Path) -> None:
     session_id = only_id(workdir)
     done = cli("sessions", "show", session_id, cwd=workdir)
     assert done.returncode == 0, done.stderr
-    head, *lines = done.stdout.splitlines()
+    head, counts, tokens, *lines = done.stdout.splitlines()
     assert session_id in head
+    assert counts == "1 turn (1 completed) · 2 model calls · 1 tool call"
+    # The quick-start script reports usage: 30 + 60 tokens in, 24 + 25 out.
+    assert tokens == "tokens: 90 in, 49 out, 139 total"
     assert [int(line.split()[0]) for line in lines] == list(range(len(lines)))
-    assert any(re.search(r"tool/call\s+list_dir", line) for line in lines)
+    words = [line.split(None, 1)[1] for line in lines]
+    assert 'you: "hi"' in words
+    assert 'run tool list_dir {"path":"."}' in words
+    assert words[-1] == "turn 1 completed"
+    for jargon in ("turn/end", "tool/call", "end-seed", "spliced", "request/header", "seq"):
+        assert jargon not in done.stdout
 
 
 def test_export_writes_the_jsonl_store_format(workdir: Path) -> None:

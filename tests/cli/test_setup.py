@@ -101,5 +101,8 @@ def test_missing_local_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     assert not missing_local_store("sqlite:///here.db")
     assert not missing_local_store("jsonl:///logs")
     assert not missing_local_store(f"sqlite:///{tmp_path / 'here.db'}")
+    # the query string carries options; it is not part of the path
+    assert not missing_local_store("sqlite:///here.db?durability=full")
+    assert missing_local_store("sqlite:///absent.db?durability=full")
     for url in ("memory", "postgresql://h/db", "sqlite:///", "sqlite://x"):
         assert not missing_local_store(url)

@@ -25,6 +25,7 @@ from dsh_agent_loop.config import (
     load_config,
 )
 from dsh_agent_loop.errors import ConfigError
+from dsh_agent_loop.tools.builtin import BUILTIN_TOOLS
 
 SPEC_EXAMPLE = """\
 plugins:
@@ -64,6 +65,7 @@ def error_of(source: Any, **kwargs: Any) -> str:
     return message
 
 
+_builtin_names = st.sampled_from(sorted(BUILTIN_TOOLS))
 _names = st.text(string.ascii_letters + string.digits + "-_", min_size=1, max_size=8)
 # PyYAML folds Unicode line breaks (NEL, LS, PS) and control characters, so texts that must
 # survive a YAML round trip avoid them.
@@ -156,7 +158,9 @@ def runtime_configs(draw: st.DrawFn) -> RuntimeConfig:
                 max_tokens=draw(st.none() | pos_ints),
                 cwd=draw(st.none() | _non_empty),
                 persona=draw(st.none() | _texts),
-                tools=draw(st.none() | st.tuples(_names, _names)),
+                tools=draw(
+                    st.none() | st.lists(_builtin_names, unique=True, max_size=2).map(tuple)
+                ),
                 turn_budget=draw(st.none() | _budgets),
                 **extra,
             )

@@ -25,7 +25,7 @@ def test_camel_case_keys_map_to_every_agent_field(tmp_path: Path) -> None:
         "cwd": "work",
         "sessionId": "s-1",
         "personaFile": "p.md",
-        "tools": ["read_file", "grep"],
+        "tools": ["read_file", "list_dir"],
         "turnBudget": {"maxSteps": 1, "maxToolCalls": 2, "maxTotalTokens": 3, "maxSeconds": 4},
     }
     resumed = {"id": "b", "resumeSessionId": "s-0", "persona": "be brief"}
@@ -42,7 +42,7 @@ def test_camel_case_keys_map_to_every_agent_field(tmp_path: Path) -> None:
         cwd="work",
         session_id="s-1",
         persona_file=str(tmp_path / "p.md"),
-        tools=("read_file", "grep"),
+        tools=("read_file", "list_dir"),
         turn_budget=TurnBudget(max_steps=1, max_tool_calls=2, max_total_tokens=3, max_seconds=4.0),
     )
     assert config.agents[1] == AgentEntry(id="b", resume_session_id="s-0", persona="be brief")
@@ -120,17 +120,24 @@ REJECTIONS: list[tuple[str, dict[str, Any], str]] = [
         f"{P0}.agents[0].tools[1]: must be a non-empty string",
     ),
     (
-        "unknown agent key (snake_case in the camelCase block)",
-        config_with({"id": "a", "max_tokens": 5}),
-        f"{P0}.agents[0].max_tokens: unknown key (allowed: id, provider, model, "
+        "unknown agent key, with the closest known key",
+        config_with({"id": "a", "maxToken": 5}),
+        f"{P0}.agents[0].maxToken: unknown key (did you mean 'maxTokens'? allowed: id, "
+        "provider, model, "
         "reasoningEffort, maxTokens, cwd, sessionId, resumeSessionId, persona, personaFile, "
         "tools, turnBudget)",
     ),
     (
         "unknown turn budget key",
         config_with(turnBudget={"steps": 3}),
-        f"{P0}.turnBudget.steps: unknown key (allowed: maxSteps, maxToolCalls, "
+        f"{P0}.turnBudget.steps: unknown key (did you mean 'maxSteps'? allowed: maxSteps, "
+        "maxToolCalls, "
         "maxTotalTokens, maxSeconds)",
+    ),
+    (
+        "both spellings of one key in an agent",
+        config_with({"id": "a", "maxTokens": 5, "max_tokens": 6}),
+        f"{P0}.agents[0].max_tokens: same key as 'maxTokens': write one spelling of it",
     ),
     (
         "maxParallelToolCalls below 1",

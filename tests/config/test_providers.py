@@ -77,11 +77,27 @@ def test_reply_tool_call_arguments_default_to_empty() -> None:
 
 REJECTIONS: list[tuple[str, dict[str, Any], str]] = [
     (
-        "unknown provider key (camelCase in the snake_case section)",
-        {"providers": {"p": {"kind": "openai", "baseUrl": "x"}}},
-        "providers.p.baseUrl: unknown key (allowed: kind, base_url, api_key_env, headers, "
+        "unknown provider key, with the closest known key",
+        {"providers": {"p": {"kind": "openai", "base_uri": "http://h"}}},
+        "providers.p.base_uri: unknown key (did you mean 'base_url'? allowed: kind, base_url, "
+        "api_key_env, headers, "
         "timeout, stream_usage, system_prompt_update, context_window, reasoning_replay, models, "
         "replies, latency_ms, loop)",
+    ),
+    (
+        "both spellings of one provider key",
+        {"providers": {"p": {"kind": "openai", "base_url": "http://h", "baseUrl": "http://h"}}},
+        "providers.p.baseUrl: same key as 'base_url': write one spelling of it",
+    ),
+    (
+        "camelCase base_url that is not http, named as written",
+        {"providers": {"p": {"kind": "openai", "baseUrl": "file:///etc"}}},
+        "providers.p.baseUrl: must be an http:// or https:// URL",
+    ),
+    (
+        "a camelCase key of another kind",
+        {"providers": {"p": {"kind": "scripted", "apiKeyEnv": "K"}}},
+        "providers.p.apiKeyEnv: not valid for kind 'scripted'",
     ),
     (
         "provider base_url that is not http",

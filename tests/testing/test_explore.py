@@ -9,6 +9,7 @@ import dsh_agent_loop.agent.tool_calls as tool_calls
 import dsh_agent_loop.agent.turn as turn
 from dsh_agent_loop import AgentOptions, Reply, ScriptedModel, tool
 from dsh_agent_loop.testing import explore_cancellation
+from dsh_agent_loop.testing.explore import explore_cancellation_async
 
 
 @tool(execution_mode="exclusive")
@@ -69,7 +70,7 @@ def retry_model():
     [
         ("text", text_model, (), 8),
         ("tools", tools_model, (set_note, weather), 16),
-        ("retry", retry_model, (), 8),
+        ("retry", retry_model, (), 7),
     ],
 )
 def test_every_checkpoint_is_well_formed(name, providers, tools, min_k, capsys):
@@ -173,3 +174,100 @@ def test_a_scenario_whose_checkpoints_change_between_runs_is_reported():
 
     report = explore_cancellation(one_prompt, providers=model, tools=(drifting,))
     assert any("K is not stable" in problem for _, problem in report.failures)
+
+
+@tool
+async def swallows_cancel(n: int = 0) -> str:
+    """Wait, and answer even when cancelled (the bug explore must catch)."""
+    try:
+        await trio.sleep(1)
+    except trio.Cancelled:
+        return "pretended to finish"
+    return "finished"
+
+
+cleaned: list[int] = []
+
+
+@tool
+async def cleans_up_and_reraises(n: int = 0) -> str:
+    """Wait; on cancel, clean up and re-raise (correct)."""
+    try:
+        await trio.sleep(1)
+    except trio.Cancelled:
+        cleaned.append(n)
+        raise
+    return "finished"
+
+
+def one_tool_model(name):
+    def providers():
+        return {"scripted": ScriptedModel([Reply.tool_calls((name, {})), Reply.text("done")])}
+
+    return providers
+
+
+def test_catches_a_tool_that_swallows_cancelled():
+    report = explore_cancellation(
+        one_prompt, providers=one_tool_model("swallows_cancel"), tools=(swallows_cancel,)
+    )
+    swallowed = [
+        n for n, problem in report.failures if "'swallows_cancel' returned normally" in problem
+    ]
+    assert swallowed, report.failures
+    assert all(n > 0 for n in swallowed)  # only the runs that cancelled inside the tool
+    assert any("swallowed trio.Cancelled" in problem for _, problem in report.failures)
+
+
+def test_a_tool_that_reraises_cancelled_passes():
+    report = explore_cancellation(
+        one_prompt,
+        providers=one_tool_model("cleans_up_and_reraises"),
+        tools=(cleans_up_and_reraises,),
+    )
+    assert report.failures == []
+    assert report.runs == report.checkpoints > 0
+    assert cleaned  # some runs did cancel inside the tool
+
+
+async def test_works_from_an_async_test():
+    # A pytest-trio test: explore_cancellation is already inside a trio run here.
+    assert trio.lowlevel.in_trio_run()
+    blocking = explore_cancellation(one_prompt, providers=text_model, seed=1)
+    awaited = await explore_cancellation_async(one_prompt, providers=text_model, seed=1)
+    assert blocking.failures == awaited.failures == []
+    assert blocking.checkpoints == awaited.checkpoints >= 8
+    assert awaited.runs == awaited.checkpoints
+
+
+async def test_the_async_form_reports_failures_too(autojump_clock):
+    report = await explore_cancellation_async(
+        one_prompt, providers=one_tool_model("swallows_cancel"), tools=(swallows_cancel,)
+    )
+    assert any("swallowed trio.Cancelled" in problem for _, problem in report.failures)
+
+
+@tool
+async def shielded(n: int = 0) -> str:
+    """Finish its work shielded from cancellation (correct: Cancelled never reaches it)."""
+    with trio.CancelScope(shield=True):
+        await trio.sleep(0.5)
+    return "saved"
+
+
+@tool
+async def own_timeout(n: int = 0) -> str:
+    """Give up on a slow step after its own timeout (correct: that Cancelled is trio's)."""
+    with trio.move_on_after(0.1):
+        await trio.sleep(1)
+    await trio.sleep(0.1)
+    return "gave up waiting"
+
+
+@pytest.mark.parametrize("correct", [shielded, own_timeout], ids=lambda t: t.name)
+def test_shields_and_inner_timeouts_are_not_swallowing(correct):
+    report = explore_cancellation(
+        one_prompt, providers=one_tool_model(correct.name), tools=(correct,)
+    )
+    assert report.failures == []
+    assert report.runs == report.checkpoints > 5

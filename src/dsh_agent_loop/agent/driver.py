@@ -1,13 +1,16 @@
-"""``Agent``: the public handle of one agent, and its driver actor (the run loop).
+"""``Agent``: the public handle of one agent, and its driver (the run loop).
 
-The driver is one trio task per agent. It parks until woken, then runs turns while there is
-work, one ``Turn`` object each (``agent/turn.py``; a model call is an ``Attempt``, the request
-caches live on the agent's ``RequestSeries``). The ``Agent`` itself is a façade: identity, inbox,
+Each agent is one task with its own nursery (``Agents`` starts it; ``agent/lifecycle.py``): the
+task runs the agent's session writer inline, and the nursery holds the driver and, under it,
+the tool workers. The driver is started in that nursery when work arrives and ends when the
+agent is idle again, so an idle agent costs one parked task. It runs turns while there is work,
+one ``Turn`` object each (``agent/turn.py``; a model call is an ``Attempt``, the request caches
+live on the agent's ``RequestSeries``). The ``Agent`` itself is a façade: identity, inbox,
 session, status and subscribers; it holds no step state. Wakes are level-triggered flags, not
-queued items: ``followup``/``steer`` set the flag and unpark the driver; ``cancel`` drops a wake
-that has not been picked up. Status becomes ``running`` synchronously when a wake is made, and
-``idle`` only after the turn's ``turn/end`` is durable, so ``wait_idle()`` returning means the
-turn is stored.
+queued items: ``followup``/``steer`` set the flag and start the driver if it is not running;
+``cancel`` drops a wake that has not been picked up. Status becomes ``running`` synchronously
+when a wake is made, and ``idle`` only after the turn's ``turn/end`` is durable, so
+``wait_idle()`` returning means the turn is stored.
 
 Cancellation travels by the running turn's cancel scope, which the ``Turn`` owns; the first
 cause wins. A wake that arrives while a cancelled turn winds down is latched and replayed once
@@ -31,7 +34,7 @@ import trio
 from trio_util import AsyncValue
 
 from .._frozen import FrozenDict
-from .._wakeup import Latch, Wakeup
+from .._wakeup import Latch
 from ..errors import AgentClosedError, StoreError
 from ..events import AGENT_ERROR, AGENT_STATUS, SESSION_EVENT, SESSION_FLUSH, Event, make_event
 from ..hooks import HookBus, HookChain, HookScope
@@ -144,8 +147,10 @@ class Agent:
         "_bus",
         "_disposing",
         "_driver_task",
+        "_driving",
         "_idle_waiters",
-        "_lot",
+        "_nursery",
+        "_on_store_stop",
         "_status",
         "_status_value",
         "_stopped",
@@ -192,11 +197,13 @@ class Agent:
         self._status: Status = "idle"
         self._status_value: AsyncValue[Status] | None = None
         self._idle_waiters: trio.lowlevel.ParkingLot | None = None
-        self._lot = Wakeup()
         self._wake_pending = False
         self._turn: Turn | None = None
         self._disposing = False
         self._driver_task: trio.lowlevel.Task | None = None
+        self._driving = False
+        self._nursery: trio.Nursery | None = None
+        self._on_store_stop: Callable[[], Awaitable[None]] | None = None
         self._stopped = Latch()
         self._subscribers: list[_Subscriber] = []
         self.writer: SessionWriter | None = None
@@ -266,7 +273,12 @@ class Agent:
             return
         self._wake_pending = True
         self._set_status("running")
-        self._lot.fire()
+        self._start_driver()
+
+    def _start_driver(self) -> None:
+        if not self._driving and self._nursery is not None:
+            self._driving = True
+            self._nursery.start_soon(self._drive)
 
     def has_work(self) -> bool:
         """True when either inbox list has a pending message."""
@@ -282,7 +294,8 @@ class Agent:
         self._wake_pending = False
         if self._turn is not None:
             self._turn.cancel(cause, message)
-        self._lot.fire()
+        elif not self._driving:
+            self._set_status("idle")  # the wake it dropped had no driver yet
 
     async def wait_idle(self) -> None:
         """Wait until the driver is parked: no open turn and no unprocessed wake."""
@@ -333,7 +346,7 @@ class Agent:
         code = "OWNERSHIP_LOST" if failure.code == "OWNERSHIP_LOST" else "STORE_FAILED"
         error = FrozenDict(code=code, message=str(failure))
         self._notify(AGENT_ERROR, {"turn": self.log.state.turn, "step": None, "error": error})
-        self._lot.fire()
+        self._start_driver()  # it sees the failure, ends and has the agent disposed
 
     def on_commit(self, batch: Sequence[Event]) -> None:
         """Called by the session writer after a commit: publish the committed events."""
@@ -393,19 +406,32 @@ class Agent:
             self._notify(AGENT_STATUS, {"status": status})
 
     # -- the driver --------------------------------------------------------------------------
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The driver actor: run turns while there is work, until disposed."""
-        self._driver_task = trio.lowlevel.current_task()
+    def attach(
+        self, nursery: trio.Nursery, on_store_stop: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """Give the agent its own nursery (its task's), where its driver runs from now on.
+
+        ``on_store_stop`` is awaited by the driver that finds the store failed (§14): it
+        disposes the agent, so that the others go on. Work queued before this starts now.
+        """
+        self._nursery = nursery
+        self._on_store_stop = on_store_stop
+        if self._disposing:
+            return
+        if self._wake_pending or self.store_failure is not None:
+            self._start_driver()
+
+    def detach(self) -> None:
+        """The agent's nursery is closing: no driver starts any more."""
+        self._nursery = None
+
+    async def _drive(self) -> None:
+        """The driver: run turns while there is work, then end (the agent is idle)."""
+        task = self._driver_task = trio.lowlevel.current_task()
         if self.on_driver_start is not None:
-            self.on_driver_start(self, self._driver_task)
-        task_status.started()
+            self.on_driver_start(self, task)
         try:
-            while True:
-                while not (self._wake_pending or self._disposing or self.store_failure):
-                    self._set_status("idle")
-                    await self._lot.park()
-                if self._disposing or self.store_failure is not None:
-                    return
+            while self._wake_pending and not (self._disposing or self.store_failure is not None):
                 self._wake_pending = False
                 if not self.has_work():
                     continue
@@ -415,13 +441,16 @@ class Agent:
                     continue_after = await turn.run()
                 finally:
                     self._turn = None
-                if self.store_failure is not None:
-                    return
                 if continue_after and self.has_work() and not self._disposing:
                     self._wake_pending = True
         finally:
+            self._driver_task = None
+            self._driving = False
+            if self._disposing:
+                self._stopped.set()
             self._set_status("idle")
-            self._stopped.set()
+        if self.store_failure is not None and self._on_store_stop is not None:
+            await self._on_store_stop()  # a store failure stops this agent; the others go on
 
     def begin_stop(self, cause: str = "disposed") -> None:
         """Cancel the running turn (keeping the inbox) and tell the driver to end; never waits.
@@ -430,10 +459,12 @@ class Agent:
         """
         self.cancel(cause, keep_inbox=True)
         self._disposing = True
-        self._lot.fire()
+        if not self._driving:
+            self._set_status("idle")
+            self._stopped.set()
 
     async def stop(self, cause: str = "disposed") -> None:
-        """``begin_stop``, then wait for the driver task to end."""
+        """``begin_stop``, then wait for the driver to end."""
         self.begin_stop(cause)
         await self._stopped.wait()
 
@@ -449,7 +480,7 @@ class Agent:
         driver waits for, so it must never wait for the driver to stop.
         """
         driver = self._driver_task
-        if driver is None or self._stopped.is_set():
+        if driver is None:
             return False
         task: trio.lowlevel.Task | None = trio.lowlevel.current_task()
         while task is not None:
@@ -461,7 +492,7 @@ class Agent:
 
     @property
     def stopped(self) -> bool:
-        """True once the driver task has ended."""
+        """True once disposal has begun and the driver has ended for good."""
         return self._stopped.is_set()
 
     def flush(self) -> Awaitable[None]:

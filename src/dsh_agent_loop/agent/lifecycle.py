@@ -168,7 +168,7 @@ class AgentHandle:
         with trio.move_on_after(WRITER_CLOSE_TIMEOUT):
             await self._writer.aclose()
         if not self._writer.stopped:
-            # The writer task lingers in the runtime's writer nursery until the runtime ends.
+            # The agent's task lingers until the runtime ends and cancels it (a bounded commit).
             raise StoreError(
                 f"the session writer of agent {self.agent.id!r} did not close within"
                 f" {WRITER_CLOSE_TIMEOUT:g} s"
@@ -188,7 +188,6 @@ class Agents:
         services: Services,
         hooks: HookBus,
         nursery: trio.Nursery,
-        writer_nursery: trio.Nursery | None = None,
         initiator: Agent | None = None,
         shared: dict[str, Any] | None = None,
         timer: CommitTimer | None = None,
@@ -199,9 +198,7 @@ class Agents:
             store: Where sessions live.
             services: What the runtime lends its agents.
             hooks: The runtime's hook bus.
-            nursery: Runs the drivers (and teardowns asked for from inside an agent).
-            writer_nursery: Runs the session writers; it must outlive every driver, so that
-                the closers a cancelled turn appends are committed (default: ``nursery``).
+            nursery: Runs the agents' tasks (and teardowns asked for from inside an agent).
             initiator: Parent of the agents this view creates by default.
             shared: The registries, shared with the views ``with_initiator`` makes.
             timer: The runtime's group-commit timer.
@@ -210,17 +207,22 @@ class Agents:
         self._services = services
         self._hooks = hooks
         self._nursery = nursery
-        self._writer_nursery = writer_nursery if writer_nursery is not None else nursery
         self._initiator = initiator
         self._timer = timer
         # The registries are shared with views made by with_initiator().
         self._shared = (
-            shared if shared is not None else {"agents": {}, "sessions": {}, "reserved": set()}
+            shared
+            if shared is not None
+            else {"agents": {}, "sessions": {}, "reserved": set(), "running": set()}
         )
 
     @property
     def _live(self) -> dict[str, AgentHandle]:
         return self._shared["agents"]  # type: ignore[no-any-return]
+
+    @property
+    def _running(self) -> set[trio.CancelScope]:
+        return self._shared["running"]  # type: ignore[no-any-return]
 
     @property
     def _sessions(self) -> dict[str, AgentHandle]:
@@ -233,7 +235,6 @@ class Agents:
             services=self._services,
             hooks=self._hooks,
             nursery=self._nursery,
-            writer_nursery=self._writer_nursery,
             initiator=agent,
             shared=self._shared,
             timer=self._timer,
@@ -412,21 +413,40 @@ class Agents:
         self._emit(
             AGENT_SESSION_START, {"agent_id": agent.id, "session_id": session.id, "source": source}
         )
-        # start_soon, not start: both actors are driven by level-triggered flags, so nothing has
-        # to wait for them to be running, and a started-handshake would keep a temporary
-        # nursery's cancel status alive per actor (thousands of agents live in one process).
-        self._writer_nursery.start_soon(writer.run)
-        self._nursery.start_soon(self._drive, entered)
         if source == "resume" and agent.inbox.next_turn:
-            agent._wake()  # queued work survives a crash and goes on
+            agent._wake()  # queued work survives a crash and goes on: the driver starts at once
+        # start_soon, not start: the agent is driven by level-triggered flags, so nothing has to
+        # wait for its task to be running, and a started-handshake would keep a temporary
+        # nursery's cancel status alive per agent (thousands of agents live in one process).
+        self._nursery.start_soon(self._run_agent, entered)
         return entered
 
-    async def _drive(
-        self, handle: AgentHandle, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        await handle.agent.run(task_status=task_status)
-        if handle.agent.store_failure is not None:
-            await handle.dispose()  # a store failure stops this agent; the others go on
+    async def _run_agent(self, handle: AgentHandle) -> None:
+        """The agent's task: it runs the session writer until the agent is disposed.
+
+        Its nursery holds the agent's driver (while there is work) and the tool workers under it.
+
+        The nursery's scope is shielded, so cancelling the runtime reaches no agent directly:
+        the runtime disposes each agent (its turn ends ``aborted {cause: disposed}`` and the
+        writer commits it), then cancels the scopes of any agent whose teardown overran.
+        """
+        agent = handle.agent
+        async with trio.open_nursery() as nursery:
+            scope = nursery.cancel_scope
+            scope.shield = True
+            running = self._running
+            running.add(scope)
+            try:
+                agent.attach(nursery, handle.dispose)
+                await handle._writer.run()
+            finally:
+                agent.detach()
+                running.discard(scope)
+
+    def cancel_remaining(self) -> None:
+        """Cancel every agent task still running (runtime shutdown, after every teardown)."""
+        for scope in list(self._running):
+            scope.cancel()
 
     def _start_detached_teardown(self, handle: AgentHandle) -> None:
         self._nursery.start_soon(handle._detached_teardown)

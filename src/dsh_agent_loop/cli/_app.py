@@ -32,9 +32,12 @@ from ._setup import (
     CliError,
     config_path,
     load_cli_config,
+    load_cli_tools,
     load_user_settings,
     make_store,
     store_url,
+    with_cli_tools,
+    with_session,
 )
 
 __all__ = ["build_parser", "main"]
@@ -101,6 +104,16 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+def _add_tool_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tool",
+        dest="tool_refs",
+        action="append",
+        metavar="MODULE:ATTR",
+        help="add the tools MODULE:ATTR names (a @tool function, a Tool, or a list); repeatable",
+    )
+
+
 def _add_run(verbs: Any, common: argparse.ArgumentParser) -> None:
     run = verbs.add_parser(
         "run",
@@ -113,6 +126,12 @@ def _add_run(verbs: Any, common: argparse.ArgumentParser) -> None:
     run.add_argument("--prompt", "-p", metavar="TEXT", help="the prompt (default: stdin)")
     run.add_argument("--agent", metavar="ID", help="prompt only this declared agent")
     run.add_argument("--quiet", "-q", action="store_true", help="no session summary")
+    which = run.add_mutually_exclusive_group()
+    which.add_argument(
+        "--session", metavar="ID", help="run on session ID (created when it does not exist)"
+    )
+    which.add_argument("--resume", metavar="ID", help="continue the stored session ID")
+    _add_tool_option(run)
     run.set_defaults(handler=_run_verb)
 
 
@@ -126,6 +145,8 @@ def _add_chat(verbs: Any, common: argparse.ArgumentParser) -> None:
     )
     chat.add_argument("config_path", metavar="CONFIG", nargs="?", help="config file (YAML)")
     chat.add_argument("--agent", metavar="ID", help="the declared agent to talk to")
+    chat.add_argument("--resume", metavar="ID", help="continue the stored session ID")
+    _add_tool_option(chat)
     chat.set_defaults(handler=_chat_verb)
 
 
@@ -176,6 +197,7 @@ def _add_simulate(verbs: Any, common: argparse.ArgumentParser) -> None:
     )
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
+    _add_tool_option(sim)
     sim.set_defaults(handler=_simulate_verb)
 
 
@@ -183,6 +205,9 @@ def _add_bench(verbs: Any, common: argparse.ArgumentParser) -> None:
     bench = verbs.add_parser("bench", parents=[common], help="run the benchmarks")
     bench.add_argument("--quick", action="store_true", help="smaller workloads")
     bench.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    bench.add_argument(
+        "--check", action="store_true", help="exit 1 when a target is missed (one line each)"
+    )
     bench.set_defaults(handler=_bench_verb)
 
 
@@ -221,6 +246,9 @@ def _run_verb(args: argparse.Namespace) -> int:
     settings = load_user_settings()
     config = load_config(path)
     agent_ids = select_agents(config, args.agent)
+    config = with_session(config, agent_ids, session=args.session, resume=args.resume)
+    tools = load_cli_tools(args.tool_refs)
+    config = with_cli_tools(config, tools)
     prompt = read_prompt(args.prompt)
     url = store_url(getattr(args, "store", None), config)
     store = make_store(url)
@@ -235,6 +263,8 @@ def _run_verb(args: argparse.Namespace) -> int:
             quiet=args.quiet,
             console=console,
             errors=errors,
+            tools=tools,
+            url=url,
         )
     )
 
@@ -251,6 +281,10 @@ def _chat_verb(args: argparse.Namespace) -> int:
         config, providers = echo_config()
     if args.agent is not None or not config.agents:
         select_agents(config, args.agent)
+    agent_id = args.agent or config.agents[0].id
+    config = with_session(config, [agent_id], resume=args.resume)
+    tools = load_cli_tools(args.tool_refs)
+    config = with_cli_tools(config, tools)
     url = store_url(getattr(args, "store", None), config)
     store = make_store(url)
     console, errors = _consoles()
@@ -260,10 +294,11 @@ def _chat_verb(args: argparse.Namespace) -> int:
             store,
             url,
             settings,
-            agent_id=args.agent,
+            agent_id=agent_id,
             providers=providers,
             console=console,
             errors=errors,
+            tools=tools,
         )
     )
 
@@ -296,8 +331,19 @@ def _simulate_verb(args: argparse.Namespace) -> int:
 
     settings = load_user_settings()
     config = load_cli_config(getattr(args, "config", None))
+    tools = load_cli_tools(args.tool_refs)
     url = store_url(getattr(args, "store", None), config)
     store = make_store(url)
+    console, errors = _consoles()
+    if config is not None and config.agents:
+        declared = ", ".join(entry.id for entry in config.agents)
+        errors.print(
+            f"simulate: {config.source}: its agents ({declared}) are not run; the simulated"
+            " agents use its store, settings and tools with the scripted model",
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
+        )
     options = SimOptions(
         agents=args.agents,
         turns=args.turns,
@@ -305,8 +351,9 @@ def _simulate_verb(args: argparse.Namespace) -> int:
         latency_ms=args.latency_ms,
         seed=args.seed,
     )
-    console, _ = _consoles()
-    summary = trio.run(lambda: run_simulation(options, store, url, settings, console))
+    summary = trio.run(
+        lambda: run_simulation(options, store, url, settings, console, config=config, tools=tools)
+    )
     print_summary(summary, console)
     if args.json is not None:
         write_json(summary, args.json)
@@ -317,8 +364,8 @@ def _bench_verb(args: argparse.Namespace) -> int:
     from ._bench import bench
 
     load_cli_config(getattr(args, "config", None))
-    console, _ = _consoles()
-    return bench(args.quick, args.json, console)
+    console, errors = _consoles()
+    return bench(args.quick, args.json, console, check=args.check, errors=errors)
 
 
 # -- entry point ------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final
 
 import trio
@@ -30,6 +30,7 @@ from ..llm.base import ModelAdapter, ModelRequest
 from ..llm.scripted import Reply, ScriptedModel
 from ..runtime import Runtime, open_runtime
 from ..session.store import SessionStore
+from ..tools.base import Tool
 from ._render import StreamRenderer, message_text, reason_text
 from ._run import failed_turns, report_start_failures
 from ._setup import EXIT_FAILED, EXIT_OK, EXIT_USAGE
@@ -214,10 +215,13 @@ async def chat(
     providers: Mapping[str, ModelAdapter] | None,
     console: Console,
     errors: Console,
+    tools: Sequence[Tool] = (),
 ) -> int:
     """Run the REPL on ``agent_id`` (default: the first declared agent); the exit code."""
-    async with open_runtime(config, store=store, settings=settings, providers=providers) as rt:
-        report_start_failures(rt, errors)
+    async with open_runtime(
+        config, store=store, settings=settings, providers=providers, tools=tools
+    ) as rt:
+        report_start_failures(rt, errors, url)
         wanted = agent_id or (config.agents[0].id if config.agents else None)
         handle = rt.agents.handle(wanted) if wanted is not None else None
         if handle is None:

@@ -20,11 +20,13 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
+from ..agent.request import MAX_ATTEMPTS, Retry
 from ..events import (
     AGENT_ERROR,
     ASSISTANT_ATTEMPT,
     ASSISTANT_MESSAGE,
     ASSISTANT_STREAM,
+    HOOK_REQUEST_ERROR,
     HOOK_TOOLS_RESULT,
     INBOX_SPLICED,
     REQUEST_CONTEXT,
@@ -41,14 +43,16 @@ from ..events import (
     Event,
 )
 from ..hooks import Disposer, HookBus
-from ..llm.base import BlockEnd, BlockStart, Finish, ReasoningDelta, TextDelta, ToolCallDelta
+from ..llm.base import BlockEnd, BlockStart, Failure, ReasoningDelta, TextDelta, ToolCallDelta
 
 __all__ = [
     "StreamRenderer",
     "describe",
     "event_line",
+    "failure_words",
     "message_text",
     "reason_text",
+    "retry_line",
     "snippet",
 ]
 
@@ -199,6 +203,43 @@ _DESCRIBE: Final[Mapping[str, Callable[[Event], str]]] = {
 }
 
 
+def failure_words(failure: Mapping[str, Any], provider: str | None = None) -> str:
+    """A model-call failure as a sentence: ``HTTP 429 from deepseek: rate limited``."""
+    source = provider or "the model"
+    code = str(failure.get("code", "?"))
+    message = " ".join(str(failure.get("message", "")).split())
+    status = failure.get("status")
+    if status is not None:
+        detail = message.removeprefix(f"HTTP {status}").lstrip(": ")
+        return f"HTTP {status} from {source}" + (f": {detail}" if detail else "")
+    if code == "TIMEOUT":
+        return f"{source} timed out: {message}"
+    if code == "CONNECTION":
+        return f"cannot reach {source}: {message}"
+    if code == "STREAM_CUT":
+        return f"{source} cut the reply off: {message.removeprefix('stream cut: ')}"
+    if code == "ABORTED":
+        return "cancelled before anything arrived"
+    return f"{code} from {source}: {message}" if message else f"{code} from {source}"
+
+
+def retry_line(failure: Failure, provider: str | None, attempt: int, decision: Any) -> str | None:
+    """What a failed model call led to, in words; None when the turn fails on it.
+
+    ``HTTP 429 from deepseek, retrying in 1.2 s (attempt 2 of 5): rate limited``, or
+    ``..., giving up after 5 attempts`` when a retry was asked for but none is left.
+    """
+    words = failure_words(failure.to_data(), provider)
+    head, sep, detail = words.partition(": ") if failure.status is not None else (words, "", "")
+    tail = f"{sep}{detail}" if detail else ""
+    if not isinstance(decision, Retry):
+        return None
+    if attempt >= MAX_ATTEMPTS:
+        return f"{head}, giving up after {attempt} attempts{tail}"
+    delay = max(0.0, decision.delay)
+    return f"{head}, retrying in {delay:.1f} s (attempt {attempt + 1} of {MAX_ATTEMPTS}){tail}"
+
+
 def describe(event: Event) -> str:
     """A short detail for ``event``: what a person scanning the log wants to see."""
     fn = _DESCRIBE.get(event.type)
@@ -250,6 +291,7 @@ class StreamRenderer:
             hooks.on(ASSISTANT_STREAM, self._guard(self.on_stream)),
             hooks.on(HOOK_TOOLS_RESULT, self._guard(self.on_tool_result)),
             hooks.on(AGENT_ERROR, self._guard(self.on_error)),
+            hooks.waterfall(HOOK_REQUEST_ERROR, self.on_request_error),
         ]
 
     def _guard(self, fn: Any) -> Any:
@@ -327,14 +369,6 @@ class StreamRenderer:
                 self._tool_call(agent_id, ended)
             else:
                 self._flush(agent_id, ended)
-        elif isinstance(chunk, Finish) and chunk.reason == "error" and chunk.failure is not None:
-            self.end_line()
-            failure = chunk.failure
-            self.console.print(
-                self._label(agent_id)
-                + Text(f"attempt failed: {failure.code}: {failure.message}", style="red dim"),
-                soft_wrap=True,
-            )
 
     def _tool_call(self, agent_id: str, block: _Block) -> None:
         self.end_line()
@@ -385,6 +419,27 @@ class StreamRenderer:
                 expand=False,
             )
         )
+
+    async def on_request_error(self, payload: Any, next: Any) -> Any:
+        """``agent/request-error`` middleware: say what the decision about a failed call was.
+
+        It passes the payload on unchanged and returns the decision of the listeners inside it
+        (the default retry policy innermost), so it only reports and never decides.
+        """
+        decision = await next(payload)
+        try:
+            line = retry_line(
+                payload["failure"], payload.get("provider"), int(payload["attempt"]), decision
+            )
+            if line is not None:
+                agent_id = str(getattr(payload.get("agent"), "id", "?"))
+                self.end_line()
+                self.errors.print(
+                    self._label(agent_id) + Text(line, style="yellow"), soft_wrap=True
+                )
+        except (Exception, SystemExit) as exc:  # rendering must not change the decision
+            self.failures.append(f"{type(exc).__name__}: {exc}")
+        return decision
 
     def on_error(self, event: Event) -> None:
         """An ``agent/error`` notification: the turn failed."""

@@ -4,7 +4,8 @@ The prompt goes to every declared agent (or the one named) at once; the verb ret
 are idle, that is when every turn's ``turn/end`` is stored. The exit code looks only at turns
 that ended in this process: the turns run for the prompt, and a turn that crash repair closed
 when the session was resumed (``interrupted``). A first Ctrl-C cancels the running turns (what
-was shown stays in the log); a second one stops waiting.
+was shown stays in the log, and each turn's ``turn/end`` is stored as ``aborted``); a second one
+stops waiting. Either way the verb then exits 130, as an interrupted command does.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from rich.text import Text
 
 from ..agent.driver import Agent
 from ..config import RuntimeConfig
+from ..errors import SessionNotFoundError
 from ..events import SESSION_END_SEED, TURN_END, Event
 from ..runtime import Runtime, open_runtime
 from ..session.store import SessionStore
+from ..tools.base import Tool
 from ._render import StreamRenderer, event_line
 from ._setup import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
 
@@ -37,6 +40,8 @@ __all__ = [
 
 #: Turn-end kinds that make the exit code 1 (``aborted`` and ``blocked`` do not count).
 FAILED_KINDS = frozenset({"error", "interrupted"})
+#: The exit code after Ctrl-C (128 + SIGINT), as shells report an interrupted command.
+EXIT_INTERRUPTED = 130
 
 
 def read_prompt(prompt: str | None) -> str:
@@ -95,16 +100,25 @@ def failed_turns(events: Sequence[Event], start: int) -> list[Mapping[str, Any]]
     return out
 
 
-def report_start_failures(rt: Runtime, errors: Console) -> None:
+def report_start_failures(rt: Runtime, errors: Console, url: str | None = None) -> None:
     """One stderr line per declared agent that failed to start."""
+    resumed = {entry.id: entry.resume_session_id for entry in rt.config.agents}
     for failure in rt.start_failures:
+        session = resumed.get(failure.agent_id)
+        if isinstance(failure.error, SessionNotFoundError) and session is not None:
+            where = f" in {url}" if url else ""
+            errors.print(f"session '{session}' not found{where}", soft_wrap=True, markup=False)
+            continue
         message = " ".join(str(failure.error).split())
-        errors.print(f"agent {failure.agent_id!r} failed to start: {message}", soft_wrap=True)
+        errors.print(
+            f"agent {failure.agent_id!r} failed to start: {message}", soft_wrap=True, markup=False
+        )
 
 
 async def _watch_interrupts(
     agents: Sequence[Agent],
     waiting: trio.CancelScope,
+    presses: list[int],
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -113,6 +127,7 @@ async def _watch_interrupts(
         count = 0
         async for _ in signals:
             count += 1
+            presses.append(count)
             if count == 1:
                 for agent in agents:
                     agent.cancel(cause="user")
@@ -131,10 +146,12 @@ async def run_agents(
     quiet: bool,
     console: Console,
     errors: Console,
+    tools: Sequence[Tool] = (),
+    url: str | None = None,
 ) -> int:
     """Open the runtime, prompt the agents, stream, wait for idle, summarise; the exit code."""
-    async with open_runtime(config, store=store, settings=settings) as rt:
-        report_start_failures(rt, errors)
+    async with open_runtime(config, store=store, settings=settings, tools=tools) as rt:
+        report_start_failures(rt, errors, url)
         live = {agent.id: agent for agent in rt.agents.list()}
         agents = [live[i] for i in agent_ids if i in live]
         if not agents:
@@ -143,9 +160,10 @@ async def run_agents(
         disposers = renderer.attach(rt.hooks)
         starts = {agent.id: attach_index(agent.session.events) for agent in agents}
         finished = True
+        presses: list[int] = []
         async with trio.open_nursery() as nursery:
             waiting = trio.CancelScope()
-            await nursery.start(_watch_interrupts, agents, waiting)
+            await nursery.start(_watch_interrupts, agents, waiting, presses)
             with waiting:
                 for agent in agents:
                     agent.followup(prompt)
@@ -166,6 +184,9 @@ async def run_agents(
                 errors.print(f"{agent.id}: a turn ended {reason.get('kind')}", soft_wrap=True)
         if rt.start_failures:
             code = max(code, EXIT_USAGE)
+        if presses:
+            errors.print("interrupted: the cancelled turns are stored as aborted", soft_wrap=True)
+            code = EXIT_INTERRUPTED
         return code
 
 

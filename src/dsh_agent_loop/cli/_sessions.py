@@ -22,8 +22,9 @@ from .. import invariants
 from ..errors import SessionNotFoundError, StoreError
 from ..events import Event, event_to_json
 from ..session.store import SessionInfo, SessionStore
-from ._render import event_line, reason_text
+from ._render import reason_text
 from ._setup import EXIT_FAILED, EXIT_OK, CliError, missing_local_store
+from ._transcript import plain_line, totals
 
 __all__ = ["check_session", "export_session", "list_sessions", "show_session"]
 
@@ -103,7 +104,7 @@ def list_sessions(store: SessionStore, url: str, console: Console, *, tty: bool)
 
 
 def show_session(store: SessionStore, url: str, session_id: str, console: Console) -> int:
-    """Print the session's events, one line each."""
+    """Print the session in plain words: header, totals, then one line per stored event."""
     header, events = _load(store, session_id, url)
     console.print(
         Text(
@@ -113,8 +114,10 @@ def show_session(store: SessionStore, url: str, session_id: str, console: Consol
         ),
         soft_wrap=True,
     )
-    for event in events:
-        console.print(event_line(event), soft_wrap=True, markup=False, highlight=False)
+    for line in totals(events).lines():
+        console.print(Text(line), soft_wrap=True)
+    for index, event in enumerate(events):
+        console.print(plain_line(index, event), soft_wrap=True, markup=False, highlight=False)
     return EXIT_OK
 
 

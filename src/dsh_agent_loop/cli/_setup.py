@@ -9,13 +9,18 @@ application prints their message as one line, verbatim.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, final
+
+import attrs
 
 from ..config import RuntimeConfig, load_config, load_settings_file
 from ..session.store import SessionStore
 from ..stores.url import store_from_url
+from ..tools.base import Tool
+from ..tools.loader import load_tool_ref
 
 __all__ = [
     "DEFAULT_STORE",
@@ -25,11 +30,14 @@ __all__ = [
     "CliError",
     "config_path",
     "load_cli_config",
+    "load_cli_tools",
     "load_user_settings",
     "make_store",
     "missing_local_store",
     "settings_path",
     "store_url",
+    "with_cli_tools",
+    "with_session",
 ]
 
 #: The store the CLI uses when neither ``--store`` nor the config names one.
@@ -114,8 +122,82 @@ def missing_local_store(url: str) -> bool:
 
     Read-only verbs treat such a store as empty instead of creating it.
     """
-    for scheme in ("sqlite", "jsonl"):
-        prefix = f"{scheme}:///"
-        if url.startswith(prefix) and url[len(prefix) :]:
-            return not os.path.exists(url[len(prefix) :])
-    return False
+    from ..stores.url import parse_store_url
+
+    try:
+        parsed = parse_store_url(url)
+    except ValueError:
+        return False  # opening it reports the error
+    return parsed.scheme in ("sqlite", "jsonl") and not os.path.exists(parsed.target)
+
+
+def load_cli_tools(refs: Sequence[str] | None) -> tuple[Tool, ...]:
+    """The tools ``--tool MODULE:ATTR`` options name (the current directory is importable).
+
+    Raises:
+        CliError: a reference cannot be loaded, or two tools share a name (exit 2).
+    """
+    if not refs:
+        return ()
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        # As ``python -m`` would: a module next to the user's config is importable.
+        sys.path.insert(0, os.getcwd())
+    tools: dict[str, Tool] = {}
+    for ref in refs:
+        try:
+            loaded = load_tool_ref(ref)
+        except ValueError as exc:
+            raise CliError(f"--tool: {exc}") from None
+        for tool in loaded:
+            if tool.name in tools and tools[tool.name] is not tool:
+                raise CliError(f"--tool {ref}: a tool named {tool.name!r} was given already")
+            tools[tool.name] = tool
+    return tuple(tools.values())
+
+
+def with_cli_tools(config: RuntimeConfig, tools: Sequence[Tool]) -> RuntimeConfig:
+    """``config`` whose declared agents that list their tools also list ``tools``.
+
+    Agents that list none already see every runtime tool, ``--tool`` ones included.
+    """
+    if not tools:
+        return config
+    names = [tool.name for tool in tools]
+    entries = tuple(
+        entry
+        if entry.tools is None
+        else attrs.evolve(entry, tools=(*entry.tools, *(n for n in names if n not in entry.tools)))
+        for entry in config.agents
+    )
+    return attrs.evolve(config, plugin=attrs.evolve(config.plugin, agents=entries))
+
+
+def with_session(
+    config: RuntimeConfig,
+    agent_ids: Sequence[str],
+    *,
+    session: str | None = None,
+    resume: str | None = None,
+) -> RuntimeConfig:
+    """``config`` whose one selected agent runs on session ``session`` or ``resume``.
+
+    ``session`` is created when it does not exist yet and continued when it does (the config's
+    ``sessionId``); ``resume`` must exist (``resumeSessionId``).
+
+    Raises:
+        CliError: several agents are selected (exit 2).
+    """
+    if session is None and resume is None:
+        return config
+    option = "--session" if session is not None else "--resume"
+    if len(agent_ids) != 1:
+        raise CliError(
+            f"{option} needs one agent: add --agent ID (declared: {', '.join(agent_ids)})"
+        )
+    entries = tuple(
+        attrs.evolve(entry, session_id=session, resume_session_id=resume)
+        if entry.id == agent_ids[0]
+        else entry
+        for entry in config.agents
+    )
+    return attrs.evolve(config, plugin=attrs.evolve(config.plugin, agents=entries))

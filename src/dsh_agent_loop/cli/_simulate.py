@@ -7,6 +7,11 @@ text step. Replies are a pure function of ``(seed, prompt, step)``, never of sch
 seeded run repeats everything but session ids and times. The progress bar counts turns as they
 reach ``agent/turn-stopping`` (a completed turn, just before its ``turn/end``).
 
+With ``--config`` the runtime is opened on that config minus its agents and providers: the
+simulated agents use its store, settings (``maxParallelToolCalls``, ``persona``, ``turnBudget``)
+and tools, beside ``sim_tool`` and any ``--tool``; its declared agents are not started (the verb
+says so on stderr) and no provider of it is contacted.
+
 When every agent is idle the resident memory is sampled (agents still alive); after the
 runtime has closed, every session is read back from the store and checked with
 ``invariants.check``. Step latency is ``step/end.time - step/start.time`` from the stored log.
@@ -40,16 +45,24 @@ from rich.table import Table
 
 from .. import invariants
 from ..agent.options import AgentOptions
+from ..config import RuntimeConfig
 from ..events import HOOK_TURN_STOPPING, STEP_END, STEP_START, TURN_END, Event
 from ..llm.base import ModelRequest
 from ..llm.scripted import Reply, ScriptedModel
 from ..runtime import open_runtime
 from ..session.store import SessionStore
-from ..tools.base import tool
+from ..tools.base import Tool, tool
 from ._render import message_text
 from ._setup import EXIT_FAILED, EXIT_OK
 
-__all__ = ["SimOptions", "SimScript", "SimSummary", "run_simulation", "sim_tool"]
+__all__ = [
+    "SimOptions",
+    "SimScript",
+    "SimSummary",
+    "run_simulation",
+    "sim_config",
+    "sim_tool",
+]
 
 #: Provider name of the simulated model.
 SIM_PROVIDER: Final = "sim"
@@ -251,12 +264,22 @@ class _Run:
     mb_per_agent: float
 
 
+def sim_config(config: RuntimeConfig | None) -> RuntimeConfig | None:
+    """``config`` without its agents and providers: what the simulated runtime is opened on."""
+    if config is None:
+        return None
+    plugin = attrs.evolve(config.plugin, agents=())
+    return attrs.evolve(config, plugin=plugin, providers={})
+
+
 async def _run_agents(
     options: SimOptions,
     store: SessionStore,
     settings: Mapping[str, Any],
     progress: Progress,
     tasks: tuple[TaskID, TaskID],
+    config: RuntimeConfig | None = None,
+    tools: Sequence[Tool] = (),
 ) -> _Run:
     creating, running = tasks
     model = ScriptedModel(
@@ -272,9 +295,10 @@ async def _run_agents(
     gc.collect()
     rss_before = _rss_bytes()
     async with open_runtime(
+        sim_config(config),
         store=store,
         providers={SIM_PROVIDER: model},
-        tools=[sim_tool],
+        tools=[sim_tool, *tools],
         settings=settings,
         seed=options.seed,
     ) as rt:
@@ -304,6 +328,9 @@ async def run_simulation(
     url: str,
     settings: Mapping[str, Any],
     console: Console,
+    *,
+    config: RuntimeConfig | None = None,
+    tools: Sequence[Tool] = (),
 ) -> SimSummary:
     """Run the simulation, then read every session back; returns the summary."""
     progress = _progress(console)
@@ -313,7 +340,9 @@ async def run_simulation(
     with progress, _fewer_collections():
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_refresh, progress)
-            run = await _run_agents(options, store, settings, progress, (creating, running))
+            run = await _run_agents(
+                options, store, settings, progress, (creating, running), config, tools
+            )
             tally = await _read_back(store, run.session_ids, progress, checking)
             progress.refresh()
             nursery.cancel_scope.cancel()

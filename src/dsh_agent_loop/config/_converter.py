@@ -30,7 +30,7 @@ from .._frozen import FrozenDict, freeze, thaw
 from ..errors import ConfigError
 from ..events import Event, event_from_dict, event_to_dict
 from ._faults import faults_of, raise_faults, render
-from ._keys import key_names
+from ._keys import key_names, respell, snake
 from ._rules import Fault, Invalid, KeyPath, ProviderKind, Rule, kind_name
 from .agents import (
     PLUGIN_NAME,
@@ -42,6 +42,7 @@ from .agents import (
 )
 from .document import FileShape, PluginEntry, RuntimeConfig
 from .providers import PROVIDER_CLASSES, PROVIDER_KEYS, ProviderConfig, provider_faults
+from .tools import tool_faults
 
 __all__ = ["MAX_CONFIG_DEPTH", "check_nesting", "converter", "from_raw", "structure"]
 
@@ -182,14 +183,21 @@ def _attrs_structure_hook(cl: type, conv: cattrs.Converter) -> Callable[[Any, An
         overrides[name] = override(rename=keys[name], struct_hook=_ruled_hook(ruled, conv))
     generated: Callable[[Any, Any], Any] = make_dict_structure_fn(cl, conv, **overrides)
     optional = frozenset(keys[a.name] for a in attrs.fields(cl) if a.default is not attrs.NOTHING)
+    own_keys = tuple(keys.values())
 
     def hook(value: Any, _: Any) -> Any:
         if not isinstance(value, Mapping):
             raise Invalid(f"expected a mapping, got {kind_name(value)}")
+        # Either spelling of a key is read (``baseUrl``, ``base_url``), one per mapping.
+        value, written = respell(value, own_keys)
         # ``key:`` with nothing after it (null) means the same as leaving the key out.
         if any(v is None and k in optional for k, v in value.items()):
             value = {k: v for k, v in value.items() if v is not None or k not in optional}
-        return generated(value, cl)
+        try:
+            return generated(value, cl)
+        except ClassValidationError as exc:
+            exc.written_keys = written  # type: ignore[attr-defined]  # read by faults_of
+            raise
 
     return hook
 
@@ -226,7 +234,11 @@ def _provider_hook(conv: cattrs.Converter) -> Callable[[Any, Any], ProviderConfi
             raise Invalid(exc.message, ("kind",)) from None
         cl = PROVIDER_CLASSES[kind]
         own = attrs.fields_dict(cl)
-        section = {k: v for k, v in value.items() if k in own or k not in PROVIDER_KEYS}
+        section = {
+            k: v
+            for k, v in value.items()
+            if not isinstance(k, str) or snake(k) in own or snake(k) not in PROVIDER_KEYS
+        }
         record: ProviderConfig = conv.get_structure_hook(cl)(section, cl)
         return record
 
@@ -316,7 +328,7 @@ def _make_converter() -> cattrs.Converter:
 converter: Final = _make_converter()
 
 
-def structure(raw: Any, cl: type[Any]) -> tuple[Any, list[Fault]]:
+def structure(raw: Any, cl: Any) -> tuple[Any, list[Fault]]:
     """``raw`` structured as ``cl`` (None when faulty) and its faults."""
     try:
         return converter.structure(raw, cl), []
@@ -327,10 +339,13 @@ def structure(raw: Any, cl: type[Any]) -> tuple[Any, list[Fault]]:
 # --- the whole document -----------------------------------------------------------------------
 
 
-def _cross_faults(raw: Mapping[Any, Any], base_dir: str, extra: Iterable[str]) -> Iterator[Fault]:
+def _cross_faults(
+    raw: Mapping[Any, Any], base_dir: str, extra: Iterable[str], known_tools: Iterable[str]
+) -> Iterator[Fault]:
     """Rules that span fields or need context, checked on the raw tree (tolerating bad shapes)."""
     providers = raw.get("providers")
     known = set(extra)
+    tool_names = frozenset(known_tools)
     if isinstance(providers, Mapping):
         known.update(k for k in providers if isinstance(k, str))
         yield from provider_faults(providers)
@@ -344,7 +359,10 @@ def _cross_faults(raw: Mapping[Any, Any], base_dir: str, extra: Iterable[str]) -
         yield ("plugins", index, "name"), f"duplicate plugin entry (first at plugins[{ours[0]}])"
     for index in ours:
         config = plugins[index].get("config")
-        agents = config.get("agents") if isinstance(config, Mapping) else None
+        if not isinstance(config, Mapping):
+            continue
+        yield from tool_faults(config, ("plugins", index, "config"), tool_names)
+        agents = config.get("agents")
         if isinstance(agents, list | tuple):
             path = ("plugins", index, "config", "agents")
             yield from agent_faults(agents, path, frozenset(known), base_dir)
@@ -380,7 +398,13 @@ def check_nesting(raw: Any, label: str) -> None:
         stack.extend((child, (*path, key)) for key, child in reversed(children))
 
 
-def from_raw(raw: Any, label: str, base_dir: str, known_providers: Iterable[str]) -> RuntimeConfig:
+def from_raw(
+    raw: Any,
+    label: str,
+    base_dir: str,
+    known_providers: Iterable[str],
+    known_tools: Iterable[str] = (),
+) -> RuntimeConfig:
     """Validate a raw tree (a loaded file or a mapping) and build its ``RuntimeConfig``.
 
     Raises:
@@ -392,7 +416,7 @@ def from_raw(raw: Any, label: str, base_dir: str, known_providers: Iterable[str]
         raise ConfigError(f"{label}: expected a mapping at the top level, got {kind_name(raw)}")
     check_nesting(raw, label)
     shape, faults = structure(raw, FileShape)
-    faults.extend(_cross_faults(raw, base_dir, known_providers))
+    faults.extend(_cross_faults(raw, base_dir, known_providers, known_tools))
     raise_faults(faults, raw, label)
     assert isinstance(shape, FileShape)
     plugin = next((entry.config for entry in shape.plugins), LoopConfig())

@@ -19,7 +19,7 @@ from cattrs.errors import (
 )
 
 from ..errors import ConfigError
-from ._keys import allowed_keys, key_names
+from ._keys import allowed_keys, closest_key, key_names
 from ._rules import Fault, Invalid, KeyPath
 
 __all__ = ["faults_of", "raise_faults", "render"]
@@ -33,14 +33,15 @@ def faults_of(exc: BaseException, path: KeyPath) -> Iterator[Fault]:
     """Every fault inside a cattrs validation error, with its path as written in the file."""
     if isinstance(exc, ClassValidationError):
         keys = key_names(exc.cl)
+        written: dict[str, str] = getattr(exc, "written_keys", {})
         for sub in exc.exceptions:
             attribute = _note(sub, AttributeValidationNote)
             if attribute is not None:
-                yield from faults_of(sub, (*path, keys.get(attribute.name, attribute.name)))
+                key = keys.get(attribute.name, attribute.name)
+                yield from faults_of(sub, (*path, written.get(key, key)))
             elif isinstance(sub, ForbiddenExtraKeysError):
-                allowed = ", ".join(allowed_keys(exc.cl))
                 for key in sub.extra_fields:
-                    yield (*path, str(key)), f"unknown key (allowed: {allowed})"
+                    yield (*path, str(key)), _unknown_key(str(key), exc.cl)
             else:
                 yield from faults_of(sub, path)
     elif isinstance(exc, IterableValidationError):
@@ -53,6 +54,13 @@ def faults_of(exc: BaseException, path: KeyPath) -> Iterator[Fault]:
         yield path, "required key missing"
     else:
         yield path, str(exc) or type(exc).__name__
+
+
+def _unknown_key(key: str, cl: type) -> str:
+    allowed = tuple(allowed_keys(cl))
+    close = closest_key(key, allowed)
+    hint = f"did you mean {close!r}? " if close is not None else ""
+    return f"unknown key ({hint}allowed: {', '.join(allowed)})"
 
 
 _PLAIN_KEY = re.compile(r"[A-Za-z_@][\w@/-]*")

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Final, Literal, TypeAlias, final
 import attrs
 
 from .._frozen import FrozenDict
+from ..stores.url import StoreUrlError, parse_store_url
 
 KeyPath: TypeAlias = tuple[str | int, ...]
 """A key path as written in the file: mapping keys and list indexes."""
@@ -61,12 +62,17 @@ _STORE_HINT = "expected memory, sqlite:///PATH, jsonl:///PATH or postgresql://..
 
 
 def _store_url_problem(url: str) -> str | None:
-    if url in ("memory", "memory:") or url.startswith(("postgresql://", "postgres://")):
-        return None
-    for scheme in ("sqlite", "jsonl"):
-        if url.startswith(f"{scheme}:///"):
-            return None if url[len(scheme) + 4 :] else f"store URL {url!r} has no PATH"
-    return f"unsupported store URL {url!r} ({_STORE_HINT})"
+    if url not in ("memory", "memory:") and not url.startswith(("postgresql://", "postgres://")):
+        scheme = next((s for s in ("sqlite", "jsonl") if url.startswith(f"{s}:///")), None)
+        if scheme is None:
+            return f"unsupported store URL {url!r} ({_STORE_HINT})"
+        if not url[len(scheme) + 4 :].partition("?")[0]:
+            return f"store URL {url!r} has no PATH"
+    try:  # the options in the query string: known keys, good values
+        parse_store_url(url)
+    except StoreUrlError as exc:
+        return str(exc)
+    return None
 
 
 def _provider_kind_problem(kind: str) -> str | None:

@@ -61,7 +61,8 @@ class AgentEntry:
     persona_file: NonEmptyStr | None = None
     """Persona text file; made absolute at load (relative to the config file's directory)."""
     tools: tuple[NonEmptyStr, ...] | None = None
-    """Tool names from the registry (built-ins only when named); None = every runtime tool."""
+    """Tool names (built-ins only when named) and ``package.module:attr`` references, whose
+    tools only this agent sees; None = every runtime tool."""
     turn_budget: TurnBudget | None = None
 
 
@@ -75,6 +76,8 @@ class LoopConfig:
     """Runtime persona."""
     turn_budget: TurnBudget | None = None
     """Default budget of agents that set none."""
+    tools: tuple[NonEmptyStr, ...] = attrs.field(default=(), converter=to_tuple)
+    """Runtime tools: built-in names and ``package.module:attr`` references (``config.tools``)."""
     agents: tuple[AgentEntry, ...] = attrs.field(default=(), converter=to_tuple)
 
 
@@ -93,6 +96,17 @@ def resolve_path(base_dir: str, path: str) -> str:
     return os.path.normpath(os.path.join(base_dir, os.path.expanduser(path)))
 
 
+def _key(entry: Mapping[Any, Any], camel: str) -> str:
+    """How ``camel`` is written in ``entry``: camelCase, or its snake_case spelling."""
+    snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)
+    return snake if snake in entry and camel not in entry else camel
+
+
+def _get(entry: Mapping[Any, Any], camel: str) -> Any:
+    """The value of a camelCase key in a raw entry, in whichever spelling it is written."""
+    return entry.get(_key(entry, camel))
+
+
 def agent_faults(
     agents: Sequence[Any], path: KeyPath, known: frozenset[str], base_dir: str
 ) -> Iterator[Fault]:
@@ -108,15 +122,15 @@ def agent_faults(
                 first = first_index[agent_id]
                 yield (*at, "id"), f"duplicate agent id {agent_id!r} (also agents[{first}])"
             first_index.setdefault(agent_id, index)
-        if agent.get("sessionId") is not None and agent.get("resumeSessionId") is not None:
-            yield (*at, "resumeSessionId"), "cannot be combined with sessionId"
-        persona_file = agent.get("personaFile")
+        if _get(agent, "sessionId") is not None and _get(agent, "resumeSessionId") is not None:
+            yield (*at, _key(agent, "resumeSessionId")), "cannot be combined with sessionId"
+        persona_file = _get(agent, "personaFile")
         if agent.get("persona") is not None and persona_file is not None:
-            yield (*at, "personaFile"), "cannot be combined with persona"
+            yield (*at, _key(agent, "personaFile")), "cannot be combined with persona"
         elif isinstance(persona_file, str) and persona_file.strip():
             resolved = resolve_path(base_dir, persona_file)
             if not os.path.isfile(resolved):
-                yield (*at, "personaFile"), f"file not found: {resolved}"
+                yield (*at, _key(agent, "personaFile")), f"file not found: {resolved}"
         provider = agent.get("provider")
         if isinstance(provider, str) and provider.strip() and provider not in known:
             names = ", ".join(sorted(known)) if known else "none configured"

@@ -20,13 +20,14 @@ import yaml
 
 from .._frozen import FrozenDict, freeze
 from ..errors import ConfigError
-from ._converter import MAX_CONFIG_DEPTH, converter, from_raw
-from ._faults import render
+from ._converter import MAX_CONFIG_DEPTH, check_nesting, converter, from_raw, structure
+from ._faults import raise_faults, render
 from ._rules import KeyPath, kind_name
 from .document import RuntimeConfig
+from .providers import ProviderConfig, provider_faults
 from .settings import settings_layer
 
-__all__ = ["load_config", "load_settings_file"]
+__all__ = ["load_config", "load_provider", "load_settings_file"]
 
 _MAX_CONFIG_BYTES: Final = 1024 * 1024
 """Largest config or settings file read (1 MiB)."""
@@ -162,6 +163,7 @@ def load_config(
     source: RuntimeConfig | str | os.PathLike[str] | Mapping[str, Any] | None = None,
     *,
     known_providers: Iterable[str] = (),
+    known_tools: Iterable[str] = (),
     base_dir: str | os.PathLike[str] | None = None,
 ) -> RuntimeConfig:
     """Load and validate a config: the whole file shape (SPEC §16).
@@ -173,11 +175,14 @@ def load_config(
             ``RuntimeConfig`` (validated again and returned as is); None for an empty config.
         known_providers: provider names defined outside the config (``open_runtime``'s
             explicit ``providers=``), which agents may name too.
+        known_tools: names of runtime tools given outside the config (``open_runtime``'s
+            ``tools=``, the CLI's ``--tool``), which ``tools`` lists may name too.
         base_dir: directory ``personaFile`` is relative to; default the config file's
             directory, or the working directory for a mapping.
 
     Returns:
-        The validated config; ``personaFile`` paths are absolute.
+        The validated config; ``personaFile`` paths are absolute. Every ``package.module:attr``
+        tool reference has been imported and names tools.
 
     Raises:
         ConfigError: one line, ``FILE: key.path: message`` joined by ``; ``.
@@ -185,17 +190,36 @@ def load_config(
     if isinstance(source, RuntimeConfig):
         raw = converter.unstructure(source, RuntimeConfig)
         base = os.fspath(base_dir) if base_dir is not None else os.getcwd()
-        from_raw(raw, source.source, base, known_providers)
+        from_raw(raw, source.source, base, known_providers, known_tools)
         return source
     if source is None or isinstance(source, Mapping):
         base = os.fspath(base_dir) if base_dir is not None else os.getcwd()
-        return from_raw(source, "<config>", base, known_providers)
+        return from_raw(source, "<config>", base, known_providers, known_tools)
     if isinstance(source, str | os.PathLike):
         label = os.fspath(source)
         raw = _read_yaml(source, label)
         base = os.path.dirname(os.path.abspath(label)) if base_dir is None else os.fspath(base_dir)
-        return from_raw(raw, label, base, known_providers)
+        return from_raw(raw, label, base, known_providers, known_tools)
     raise TypeError(f"config must be a RuntimeConfig, a path or a mapping, not {kind_name(source)}")
+
+
+def load_provider(section: Mapping[str, Any], *, label: str) -> ProviderConfig:
+    """Validate one provider section (the shape of ``providers.NAME``) into its record.
+
+    Args:
+        section: The section, ``kind`` included; either spelling of each key.
+        label: Names the section in messages (``OpenAIProvider``).
+
+    Raises:
+        ConfigError: ``LABEL: key: message`` for each fault, joined by ``; ``.
+    """
+    check_nesting(section, label)
+    record, faults = structure(section, ProviderConfig)
+    faults.extend((path[2:], message) for path, message in provider_faults({"": section}))
+    raise_faults(faults, section, label)
+    assert record is not None
+    checked: ProviderConfig = record
+    return checked
 
 
 def load_settings_file(path: str | os.PathLike[str]) -> Mapping[str, Any]:

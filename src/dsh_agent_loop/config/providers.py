@@ -175,8 +175,29 @@ _OPENAI_ONLY: Final = ("stream_usage", "reasoning_replay")
 """Valid only for kind ``openai`` (``reasoning_replay`` in its ``models`` entries too)."""
 
 
+def _snake(key: Any) -> Any:
+    """A written key in snake_case (``baseUrl`` → ``base_url``); other values as they are."""
+    if not isinstance(key, str) or key.islower():
+        return key
+    return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(key))
+
+
+def _written(section: Mapping[Any, Any], key: str) -> Any:
+    """How ``key`` is written in a raw section (either spelling), or ``key`` when absent."""
+    return next((k for k in section if _snake(k) == key), key)
+
+
+def _get(section: Mapping[Any, Any], key: str) -> Any:
+    """The value of ``key`` in a raw section, in whichever spelling it is written."""
+    return section.get(_written(section, key))
+
+
 def provider_faults(providers: Mapping[Any, Any]) -> Iterator[Fault]:
-    """Rules of the ``providers`` section that depend on ``kind``, on the raw tree."""
+    """Rules of the ``providers`` section that depend on ``kind``, on the raw tree.
+
+    Keys are matched in either spelling (``baseUrl`` is ``base_url``); paths name the key as
+    written.
+    """
     for name, provider in providers.items():
         if not isinstance(provider, Mapping):
             continue
@@ -189,11 +210,12 @@ def provider_faults(providers: Mapping[Any, Any]) -> Iterator[Fault]:
         else:
             continue
         for key in provider:
-            if key in wrong:
+            if _snake(key) in wrong:
                 yield ("providers", str(name), key), why
-        base_url = provider.get("base_url")
+        base_url = _get(provider, "base_url")
         if kind != "scripted" and isinstance(base_url, str) and not _is_http_url(base_url):
-            yield ("providers", str(name), "base_url"), "must be an http:// or https:// URL"
+            where = ("providers", str(name), _written(provider, "base_url"))
+            yield where, "must be an http:// or https:// URL"
         if kind == "anthropic":
             yield from _anthropic_faults(str(name), provider)
 
@@ -209,15 +231,13 @@ def _is_http_url(url: str) -> bool:
 def _anthropic_faults(name: str, provider: Mapping[Any, Any]) -> Iterator[Fault]:
     why = "only valid for kind 'openai'"
     for key in provider:
-        if key in _OPENAI_ONLY:
+        if _snake(key) in _OPENAI_ONLY:
             yield ("providers", name, key), why
-    if provider.get("system_prompt_update") == "in-history":
-        yield (
-            ("providers", name, "system_prompt_update"),
-            "anthropic takes one system prompt: 'head'",
-        )
-    models = provider.get("models")
+        elif _snake(key) == "system_prompt_update" and provider[key] == "in-history":
+            yield ("providers", name, key), "anthropic takes one system prompt: 'head'"
+    models = _get(provider, "models")
     if isinstance(models, Mapping):
         for model, entry in models.items():
-            if isinstance(entry, Mapping) and "reasoning_replay" in entry:
-                yield ("providers", name, "models", str(model), "reasoning_replay"), why
+            for key in entry if isinstance(entry, Mapping) else ():
+                if _snake(key) == "reasoning_replay":
+                    yield ("providers", name, "models", str(model), key), why

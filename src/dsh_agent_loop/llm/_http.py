@@ -268,11 +268,34 @@ def status_failure(
     return Failure("PROVIDER_ERROR", f"unexpected HTTP {status}: {detail}", status)
 
 
+#: Which timeout an httpx timeout exception is, and what the client was doing then.
+_TIMEOUTS: Final = (
+    (httpx.ConnectTimeout, "connect", "connecting to the server"),
+    (httpx.ReadTimeout, "read", "waiting for the server to send more"),
+    (httpx.WriteTimeout, "write", "sending the request"),
+    (httpx.PoolTimeout, "pool", "waiting for a free connection"),
+)
+
+
+def timeout_text(exc: httpx.TimeoutException) -> str:
+    """``read timeout (300 s) expired while waiting for the server to send more``."""
+    found = next((entry for entry in _TIMEOUTS if isinstance(exc, entry[0])), None)
+    if found is None:
+        return f"timed out ({type(exc).__name__})"
+    _, name, doing = found
+    try:
+        seconds = exc.request.extensions.get("timeout", {}).get(name)
+    except RuntimeError:  # an exception raised without a request
+        seconds = None
+    limit = f" ({seconds:g} s)" if isinstance(seconds, int | float) else ""
+    return f"{name} timeout{limit} expired while {doing}"
+
+
 def transport_failure(exc: httpx.HTTPError, *, started: bool) -> Failure:
     """The failure for an httpx exception; ``started``: the response body was streaming."""
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     if isinstance(exc, httpx.TimeoutException):
-        return Failure("TIMEOUT", text)
+        return Failure("TIMEOUT", timeout_text(exc))
     if isinstance(exc, httpx.DecodingError):
         return Failure("BAD_STREAM", text)
     if started:

@@ -1,26 +1,36 @@
-"""Builds the model adapter of one validated ``providers.NAME`` record (SPEC §15, §16).
+"""Provider records to adapters: config sections, and the provider objects given in code.
 
-The config layer validates a provider section once, into the record of its ``kind``; this
-module only picks the adapter class for that kind and calls its ``from_config``. Nothing here
-reads a raw mapping, so nothing here validates again.
+The config layer validates a provider section once, into the record of its ``kind``;
+``adapter_from_config`` only picks the adapter class for that kind and calls its
+``from_config``. ``OpenAIProvider`` and ``AnthropicProvider`` are the same sections written in
+Python (``open_runtime(providers={"ds": OpenAIProvider(...)})``): built, they are validated
+by the same rules, and the runtime turns each into its adapter through the same path.
+
+A key given directly (``api_key=``) is a secret: it is left out of ``repr`` and of every
+record, and reaches only the adapter's HTTP client, as the request's auth header; the session
+log never sees provider settings.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, final
 
+import attrs
 import httpx
 
+from .._frozen import FrozenDict, freeze, thaw
+from ..config.loading import load_provider
 from .anthropic import AnthropicAdapter
 from .base import ModelAdapter
+from .models import ReasoningReplay
 from .openai import OpenAIAdapter
 from .scripted import ScriptedModel
 
 if TYPE_CHECKING:
     from ..config import ProviderConfig
 
-__all__ = ["HTTP_KINDS", "adapter_from_config"]
+__all__ = ["HTTP_KINDS", "AnthropicProvider", "OpenAIProvider", "adapter_from_config"]
 
 #: Provider kinds served over HTTP.
 HTTP_KINDS: Final = frozenset({"openai", "anthropic"})
@@ -53,3 +63,143 @@ def adapter_from_config(
     if config.kind == "anthropic":
         return AnthropicAdapter.from_config(name, config, transport=transport)
     return ScriptedModel.from_config(config)
+
+
+Timeout = float | tuple[float, float] | Mapping[str, float]
+"""Seconds: one number for connect and read, ``(connect, read)``, or ``{connect, read}``."""
+
+
+def _timeout(value: Timeout | None) -> Any:
+    if value is None or isinstance(value, Mapping):
+        return value
+    if isinstance(value, tuple):
+        return {"connect": value[0], "read": value[1]} if len(value) == 2 else value
+    return {"connect": value, "read": value}
+
+
+def _section(provider: OpenAIProvider | AnthropicProvider) -> dict[str, Any]:
+    """The provider as a config section (the key left out), for the config's rules."""
+    section: dict[str, Any] = {"kind": provider.kind}
+    for field in attrs.fields(type(provider)):
+        value = getattr(provider, field.name)
+        if field.name == "api_key" or value is None or value == field.default:
+            continue
+        section[field.name] = _timeout(value) if field.name == "timeout" else thaw(value)
+    return section
+
+
+def _record(provider: OpenAIProvider | AnthropicProvider) -> ProviderConfig:
+    """The validated record of ``provider``, its key added as the auth header."""
+    record = load_provider(_section(provider), label=type(provider).__name__)
+    if provider.api_key is None or record.kind == "scripted":
+        return record
+    header, value = provider.auth_header, provider.auth_value(provider.api_key)
+    if any(name.lower() == header for name in record.headers):
+        raise ValueError(f"{type(provider).__name__}: give api_key or a {header} header, not both")
+    return attrs.evolve(record, headers=FrozenDict({**record.headers, header: value}))
+
+
+def _check_key(provider: OpenAIProvider | AnthropicProvider) -> None:
+    name = type(provider).__name__
+    if provider.api_key is not None and provider.api_key_env is not None:
+        raise ValueError(f"{name}: give api_key or api_key_env, not both")
+    if provider.api_key is not None and not provider.api_key.strip():
+        raise ValueError(f"{name}: api_key is empty")
+    _record(provider)  # every other rule: a ConfigError now, not when the runtime opens
+
+
+@final
+@attrs.frozen
+class OpenAIProvider:
+    """An OpenAI-compatible chat-completions provider (DeepSeek, OpenAI, vLLM, Ollama, ...).
+
+    ``open_runtime(providers={"ds": OpenAIProvider(base_url="https://api.deepseek.com",
+    api_key_env="DEEPSEEK_API_KEY")})``. The fields are a config file's ``kind: openai`` keys
+    and are checked by the same rules when the object is built.
+
+    Raises:
+        ConfigError: a field breaks a config rule (``OpenAIProvider: base_url: ...``).
+        ValueError: both ``api_key`` and ``api_key_env``, or an empty ``api_key``.
+    """
+
+    kind: ClassVar[Literal["openai"]] = "openai"
+    auth_header: ClassVar[str] = "authorization"
+
+    base_url: str | None = None
+    """The API root (None: ``https://api.openai.com/v1``); requests go to
+    ``{base_url}/chat/completions``."""
+    api_key: str | None = attrs.field(default=None, repr=False)
+    """The key itself (kept out of ``repr`` and of every record and log)."""
+    api_key_env: str | None = None
+    """The env var holding the key, read at each request (None and no ``api_key``: no key)."""
+    headers: Mapping[str, str] = attrs.field(factory=FrozenDict, converter=freeze)
+    timeout: Timeout | None = None
+    """None: connect 10 s, read 300 s."""
+    stream_usage: bool = True
+    system_prompt_update: Literal["in-history", "head"] | None = None
+    context_window: int | None = None
+    reasoning_replay: ReasoningReplay | None = None
+    models: Mapping[str, Mapping[str, Any]] = attrs.field(factory=FrozenDict, converter=freeze)
+    """Per-model overrides: ``{NAME: {context_window, max_tokens, reasoning_effort,
+    reasoning_replay}}``."""
+
+    def __attrs_post_init__(self) -> None:
+        _check_key(self)
+
+    @staticmethod
+    def auth_value(key: str) -> str:
+        """The auth header's value for ``key``."""
+        return f"Bearer {key}"
+
+    def adapter(
+        self, name: str, *, transport: httpx.AsyncBaseTransport | None = None
+    ) -> ModelAdapter:
+        """The adapter serving this provider as route ``name`` (what ``open_runtime`` does)."""
+        return adapter_from_config(name, _record(self), transport=transport)
+
+
+@final
+@attrs.frozen
+class AnthropicProvider:
+    """An Anthropic Messages API provider.
+
+    ``open_runtime(providers={"claude": AnthropicProvider(api_key_env="ANTHROPIC_API_KEY")})``.
+    The fields are a config file's ``kind: anthropic`` keys, checked by the same rules when the
+    object is built.
+
+    Raises:
+        ConfigError: a field breaks a config rule (``AnthropicProvider: base_url: ...``).
+        ValueError: both ``api_key`` and ``api_key_env``, or an empty ``api_key``.
+    """
+
+    kind: ClassVar[Literal["anthropic"]] = "anthropic"
+    auth_header: ClassVar[str] = "x-api-key"
+
+    base_url: str | None = None
+    """The API root (None: ``https://api.anthropic.com``); requests go to
+    ``{base_url}/v1/messages``."""
+    api_key: str | None = attrs.field(default=None, repr=False)
+    """The key itself (kept out of ``repr`` and of every record and log)."""
+    api_key_env: str | None = None
+    """The env var holding the key, read at each request (None and no ``api_key``: no key)."""
+    headers: Mapping[str, str] = attrs.field(factory=FrozenDict, converter=freeze)
+    timeout: Timeout | None = None
+    """None: connect 10 s, read 300 s."""
+    system_prompt_update: Literal["head"] | None = None
+    context_window: int | None = None
+    models: Mapping[str, Mapping[str, Any]] = attrs.field(factory=FrozenDict, converter=freeze)
+    """Per-model overrides: ``{NAME: {context_window, max_tokens, reasoning_effort}}``."""
+
+    def __attrs_post_init__(self) -> None:
+        _check_key(self)
+
+    @staticmethod
+    def auth_value(key: str) -> str:
+        """The auth header's value for ``key``."""
+        return key
+
+    def adapter(
+        self, name: str, *, transport: httpx.AsyncBaseTransport | None = None
+    ) -> ModelAdapter:
+        """The adapter serving this provider as route ``name`` (what ``open_runtime`` does)."""
+        return adapter_from_config(name, _record(self), transport=transport)

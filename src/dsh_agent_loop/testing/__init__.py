@@ -11,5 +11,12 @@ from ..llm.scripted import Reply as Reply
 from ..llm.scripted import ScriptedModel as ScriptedModel
 from .explore import CancellationReport as CancellationReport
 from .explore import explore_cancellation as explore_cancellation
+from .explore import explore_cancellation_async as explore_cancellation_async
 
-__all__ = ["CancellationReport", "Reply", "ScriptedModel", "explore_cancellation"]
+__all__ = [
+    "CancellationReport",
+    "Reply",
+    "ScriptedModel",
+    "explore_cancellation",
+    "explore_cancellation_async",
+]

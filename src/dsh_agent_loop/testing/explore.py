@@ -23,17 +23,32 @@ delivered, and every agent is idle when the scenario returns. The dry run is rep
 that the K steps are the same ones (a non-deterministic scenario cannot be explored), and a run
 whose chosen step never comes is a failure too.
 
+A tool that swallows ``Cancelled`` is a failure too. Each tool passed in ``tools`` is awaited
+through a relay that passes every value and exception on unchanged and so sees ``Cancelled``
+thrown into the tool; when that happened after the cancel fired and the tool nonetheless
+returns normally while its scope is still cancelled, it caught the cancellation and did not
+re-raise it.
+
 The instrument's own failures are recorded, never raised (trio silently removes an instrument
 that raises), so a harness bug shows up as a failure, not as a quietly shorter run.
+
+Each run is its own ``trio.run``, and trio cannot nest runs in one thread: called from inside a
+run (an ``async def`` test), ``explore_cancellation`` runs the exploration in a worker thread
+and blocks until it is done; ``await explore_cancellation_async(...)`` does the same without
+blocking the caller's event loop.
 """
 
 from __future__ import annotations
 
+import functools
+import math
+import queue
 import random
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from typing import Any, final
 
 import attrs
+import outcome
 import trio
 import trio.testing
 
@@ -46,7 +61,7 @@ from ..session.store import SessionStore
 from ..stores.memory import MemoryStore
 from ..tools.base import Tool
 
-__all__ = ["CancellationReport", "explore_cancellation"]
+__all__ = ["CancellationReport", "explore_cancellation", "explore_cancellation_async"]
 
 Scenario = Callable[[Runtime], Awaitable[None]]
 #: Virtual seconds a scenario may take before it is reported as hung.
@@ -136,6 +151,69 @@ class _Probe(trio.abc.Instrument):
             self.errors.append(f"instrument failed: {exc!r}")
 
 
+class _Relay:
+    """Awaits a tool's coroutine, passing every value and exception through unchanged.
+
+    trio wakes a waiting task with the ``outcome`` given to ``trio.lowlevel.reschedule``: it
+    sends that outcome down the task's chain of awaits to the innermost
+    ``wait_task_rescheduled``, which unwraps it there — a cancel arrives as
+    ``outcome.Error(Cancelled)``. This relay sits in that chain around the tool, so it sees a
+    ``Cancelled`` go into the tool (an exception thrown in is watched too).
+    """
+
+    def __init__(self, coro: Any, probe: _Probe) -> None:
+        self._coro = coro
+        self._probe = probe
+        self.cancelled = False
+        """A ``Cancelled`` went into the tool after the explorer's cancel fired."""
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro = self._coro
+        send: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                yielded = coro.send(send) if error is None else coro.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            send, error = None, None
+            try:
+                send = yield yielded
+            except BaseException as exc:  # re-delivered to the tool on the next pass
+                error = exc
+            if error is None and isinstance(send, outcome.Error):
+                delivered: BaseException | None = send.error
+            else:
+                delivered = error
+            if (
+                isinstance(delivered, trio.Cancelled)
+                and self._probe.fired is not None
+                # trio.sleep and move_on_after end by their own deadline: not the turn's cancel.
+                and getattr(delivered, "source", None) != "deadline"
+            ):
+                self.cancelled = True
+
+
+def _watched(tool: Tool, probe: _Probe) -> Tool:
+    """``tool`` with a handler that reports a swallowed ``Cancelled`` to ``probe``."""
+    inner = tool.handler
+
+    async def handler(arguments: Any, context: Any) -> Any:
+        relay = _Relay(inner(arguments, context), probe)
+        result = await relay
+        # Cancelled went in after the turn was cancelled, the scope is still cancelled, and the
+        # tool returned a value: it caught the cancellation. (The Cancelled that ends a sleep or
+        # an inner timeout of the tool's own comes from a deadline and is not counted.)
+        if relay.cancelled and trio.current_effective_deadline() == -math.inf:
+            probe.errors.append(
+                f"tool {tool.name!r} returned normally after the cancel reached it: it swallowed"
+                " trio.Cancelled (re-raise it, or use a finally block for cleanup)"
+            )
+        return result
+
+    return attrs.evolve(tool, handler=handler)
+
+
 def _site(task: trio.lowlevel.Task) -> str:
     """Where the task waits: its innermost frame outside trio (file:line)."""
     coro: Any = task.coro
@@ -199,8 +277,9 @@ async def _run_scenario(
     problems: list[str] = []
     frames: list[Event] = []
     agents: list[Agent] = []
+    watched = [_watched(t, probe) for t in tools]
     async with open_runtime(
-        store=store, providers=providers(), tools=tools, seed=seed, clock=trio.current_time
+        store=store, providers=providers(), tools=watched, seed=seed, clock=trio.current_time
     ) as rt:
         rt.hooks.on(ASSISTANT_STREAM, frames.append)
         rt.hooks.on("agent/created", lambda e: _track(rt, e, probe, agents))
@@ -329,29 +408,15 @@ def _one_run(
         random.setstate(random_state)
 
 
-def explore_cancellation(
+def _explore(
     scenario: Scenario,
-    *,
     providers: Callable[[], Mapping[str, ModelAdapter]],
-    tools: Iterable[Tool] = (),
-    store_factory: Callable[[], SessionStore] = MemoryStore,
-    seed: int = 0,
-    max_checkpoints: int | None = None,
+    tools: tuple[Tool, ...],
+    store_factory: Callable[[], SessionStore],
+    seed: int,
+    max_checkpoints: int | None,
 ) -> CancellationReport:
-    """Run ``scenario`` once per reachable checkpoint, cancelling the active turn there.
-
-    Args:
-        scenario: ``async def scenario(rt)``: create agents, prompt them, wait for them.
-        providers: A zero-argument factory of the providers mapping (fresh models per run).
-        tools: Runtime tools.
-        store_factory: Makes a fresh store per run; it must not use threads (use memory).
-        seed: Seeds the runtime's random source and ``random``.
-        max_checkpoints: Explore at most this many checkpoints (spread evenly), or all.
-
-    Returns:
-        The report: ``checkpoints`` (K), ``runs`` and ``failures``.
-    """
-    tools = tuple(tools)
+    """The exploration, in the calling thread (which must not be running trio)."""
     dry = _one_run(scenario, providers, tools, store_factory, seed, None)
     failures = [(0, problem) for problem in dry.problems]
     again = _one_run(scenario, providers, tools, store_factory, seed, None)
@@ -376,3 +441,60 @@ def explore_cancellation(
             sites.add(run.site)
         failures.extend((n, problem) for problem in run.problems)
     return CancellationReport(checkpoints=k, runs=len(points), failures=failures, sites=len(sites))
+
+
+def explore_cancellation(
+    scenario: Scenario,
+    *,
+    providers: Callable[[], Mapping[str, ModelAdapter]],
+    tools: Iterable[Tool] = (),
+    store_factory: Callable[[], SessionStore] = MemoryStore,
+    seed: int = 0,
+    max_checkpoints: int | None = None,
+) -> CancellationReport:
+    """Run ``scenario`` once per reachable checkpoint, cancelling the active turn there.
+
+    Each run is a fresh ``trio.run``. Called from inside a trio run (an ``async def`` test),
+    the exploration runs in a worker thread and this call blocks the caller's event loop until
+    it is done; ``await explore_cancellation_async(...)`` does not block it.
+
+    Args:
+        scenario: ``async def scenario(rt)``: create agents, prompt them, wait for them.
+        providers: A zero-argument factory of the providers mapping (fresh models per run).
+        tools: Runtime tools (each is watched for a swallowed ``Cancelled``).
+        store_factory: Makes a fresh store per run; it must not use threads (use memory).
+        seed: Seeds the runtime's random source and ``random``.
+        max_checkpoints: Explore at most this many checkpoints (spread evenly), or all.
+
+    Returns:
+        The report: ``checkpoints`` (K), ``runs`` and ``failures``.
+    """
+    run = functools.partial(
+        _explore, scenario, providers, tuple(tools), store_factory, seed, max_checkpoints
+    )
+    if not trio.lowlevel.in_trio_run():
+        return run()
+    done: queue.SimpleQueue[outcome.Outcome[CancellationReport]] = queue.SimpleQueue()
+    trio.lowlevel.start_thread_soon(run, done.put)
+    return done.get().unwrap()
+
+
+async def explore_cancellation_async(
+    scenario: Scenario,
+    *,
+    providers: Callable[[], Mapping[str, ModelAdapter]],
+    tools: Iterable[Tool] = (),
+    store_factory: Callable[[], SessionStore] = MemoryStore,
+    seed: int = 0,
+    max_checkpoints: int | None = None,
+) -> CancellationReport:
+    """``explore_cancellation`` for async code: the runs go to a worker thread, awaited.
+
+    Every run still gets its own ``trio.run`` and ``MockClock``; the caller's event loop keeps
+    running meanwhile (its clock may be a ``MockClock`` too). The arguments are those of
+    ``explore_cancellation``.
+    """
+    run = functools.partial(
+        _explore, scenario, providers, tuple(tools), store_factory, seed, max_checkpoints
+    )
+    return await trio.to_thread.run_sync(run)

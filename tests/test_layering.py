@@ -1,0 +1,386 @@
+"""The package's shape, read from the source with ``ast`` (issue 11's bars).
+
+1. No import cycle among the modules of ``dsh_agent_loop``. Every import statement counts,
+   those inside functions too (a deferred import is still a dependency, only hidden), except
+   those under ``if TYPE_CHECKING:``. An edge goes to the module an import names: ``from .a
+   import b`` is an edge to ``a.b`` when that is a module, else to ``a``; importing a
+   submodule does not count as importing its parent packages' ``__init__``.
+2. No module imports a private module (a dotted-path component starting with ``_``, dunders
+   aside) of another package: the package that holds the private part must be the importer's
+   own package or one of its ancestors. ``scripts/bench`` imports no private module at all.
+3. No module over 600 lines, no function (or method) over 80 lines in ``src``.
+
+The checkers are plain functions, tested first on a small fake tree so that each bar is seen
+to fail.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src"
+PACKAGE = "dsh_agent_loop"
+BENCH = ROOT / "scripts" / "bench"
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
+
+
+# --- the checker ----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Module:
+    name: str
+    path: Path
+    is_package: bool
+
+    @property
+    def package(self) -> str:
+        """The package a relative import starts from (the module's own for ``__init__``)."""
+        return self.name if self.is_package else self.name.rpartition(".")[0]
+
+
+def discover(src: Path, package: str) -> dict[str, Module]:
+    """Every module of ``package`` under the source root ``src``, by dotted name."""
+    modules: dict[str, Module] = {}
+    for path in sorted((src / package).rglob("*.py")):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts.pop()
+        name = ".".join(parts)
+        modules[name] = Module(name, path, is_package)
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _import_nodes(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Import statements anywhere in ``node``, skipping ``if TYPE_CHECKING:`` bodies."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.Import | ast.ImportFrom):
+            yield child
+        elif isinstance(child, ast.If) and _is_type_checking(child.test):
+            for orelse in child.orelse:  # the ``else:`` branch runs
+                if isinstance(orelse, ast.Import | ast.ImportFrom):
+                    yield orelse
+                else:
+                    yield from _import_nodes(orelse)
+        else:
+            yield from _import_nodes(child)
+
+
+def imported_names(tree: ast.AST, module: Module | None) -> Iterator[tuple[str, int]]:
+    """``(dotted name, line)`` of everything imported: modules and ``module.attribute``s.
+
+    Relative imports are resolved against ``module`` (None: only absolute imports count).
+    """
+    for node in _import_nodes(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+            continue
+        if node.level:
+            if module is None:
+                continue
+            base = module.package.split(".")
+            base = base[: len(base) - (node.level - 1)]
+            target = ".".join([*base, node.module] if node.module else base)
+        else:
+            target = node.module or ""
+        for alias in node.names:
+            yield (target if alias.name == "*" else f"{target}.{alias.name}"), node.lineno
+
+
+def resolve(name: str, modules: Iterable[str]) -> str | None:
+    """The module ``name`` is, or holds (``pkg.mod.attr`` → ``pkg.mod``); None if external."""
+    known = set(modules)
+    while name:
+        if name in known:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def import_graph(modules: dict[str, Module]) -> dict[str, dict[str, int]]:
+    """Per module, the internal modules it imports (with the line of the first import)."""
+    graph: dict[str, dict[str, int]] = {}
+    for module in modules.values():
+        tree = ast.parse(module.path.read_text(encoding="utf-8"), str(module.path))
+        edges: dict[str, int] = {}
+        for name, line in imported_names(tree, module):
+            target = resolve(name, modules)
+            if target is not None and target != module.name:
+                edges.setdefault(target, line)
+        graph[module.name] = edges
+    return graph
+
+
+def import_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:  # the package is small: recursion depth is fine
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, {}):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component: list[str] = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def describe_cycle(component: list[str], graph: dict[str, dict[str, int]]) -> str:
+    members = set(component)
+    edges = [
+        f"{source} -> {target} (line {line})"
+        for source in component
+        for target, line in sorted(graph[source].items())
+        if target in members
+    ]
+    return f"cycle among {', '.join(component)}: " + "; ".join(edges)
+
+
+def _is_private(part: str) -> bool:
+    return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+
+
+def private_owner(name: str) -> str | None:
+    """The package holding the first private part of ``name``; None if nothing is private."""
+    parts = name.split(".")
+    for i, part in enumerate(parts):
+        if _is_private(part):
+            return ".".join(parts[:i])
+    return None
+
+
+def private_import_violations(
+    modules: dict[str, Module], graph: dict[str, dict[str, int]]
+) -> list[str]:
+    """Imports of another package's private module: ``importer:line imports target``."""
+    out = []
+    for name, edges in sorted(graph.items()):
+        package = modules[name].package
+        for target, line in sorted(edges.items()):
+            owner = private_owner(target)
+            if owner is None:
+                continue
+            if package == owner or package.startswith(owner + "."):
+                continue  # its own package's, or an ancestor's
+            out.append(f"{name}:{line} imports {target} (private to {owner})")
+    return out
+
+
+def script_private_imports(paths: Iterable[Path], package: str, src: Path) -> list[str]:
+    """Private modules of ``package`` imported by the scripts at ``paths``."""
+    modules = discover(src, package)
+    out = []
+    for path in sorted(paths):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for name, line in imported_names(tree, None):
+            if name != package and not name.startswith(package + "."):
+                continue
+            target = resolve(name, modules) or name
+            if private_owner(target) is not None:
+                out.append(f"{path.relative_to(path.parents[1])}:{line} imports {target}")
+    return out
+
+
+def size_violations(modules: dict[str, Module], max_module: int, max_function: int) -> list[str]:
+    """Modules over ``max_module`` lines; functions (methods, nested ones) over ``max_function``."""
+    out = []
+    for name, module in sorted(modules.items()):
+        text = module.path.read_text(encoding="utf-8")
+        lines = len(text.splitlines())
+        if lines > max_module:
+            out.append(f"module {name}: {lines} lines (max {max_module})")
+        for node in ast.walk(ast.parse(text, str(module.path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                assert node.end_lineno is not None
+                length = node.end_lineno - node.lineno + 1
+                if length > max_function:
+                    out.append(
+                        f"function {name}.{node.name} (line {node.lineno}): {length} lines "
+                        f"(max {max_function})"
+                    )
+    return out
+
+
+# --- the checker on a fake tree ------------------------------------------------------------------
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+FAKE = {
+    "pkg/__init__.py": "from .a import A\n",
+    "pkg/_util.py": "X = 1\n",
+    "pkg/a.py": "from .sub import b\nA = 1\n",
+    "pkg/sub/__init__.py": "",
+    # a deferred import is still a dependency
+    "pkg/sub/b.py": "def f():\n    from ..a import A\n    return A\n",
+    "pkg/sub/_priv.py": "from .._util import X\n",  # an ancestor's private module: fine
+    "pkg/sub/c.py": (
+        "from typing import TYPE_CHECKING\n"
+        "from . import _priv\n"  # its own package's: fine
+        "if TYPE_CHECKING:\n"
+        "    from ..other import d  # would close a cycle: not counted\n"
+        "else:\n"
+        "    import json\n"
+    ),
+    "pkg/other/__init__.py": "",
+    "pkg/other/d.py": "from ..sub import c\nfrom ..sub._priv import X\nimport pkg.sub._priv as p\n",
+    "pkg/other/_e.py": "from pkg.other import d\n",
+}
+
+
+def test_the_checker_finds_cycles_through_deferred_imports_only(tmp_path: Path) -> None:
+    write(tmp_path, FAKE)
+    modules = discover(tmp_path, "pkg")
+    assert set(modules) == {
+        "pkg",
+        "pkg._util",
+        "pkg.a",
+        "pkg.sub",
+        "pkg.sub.b",
+        "pkg.sub._priv",
+        "pkg.sub.c",
+        "pkg.other",
+        "pkg.other.d",
+        "pkg.other._e",
+    }
+    graph = import_graph(modules)
+    assert graph["pkg"] == {"pkg.a": 1}
+    assert graph["pkg.sub.c"] == {"pkg.sub._priv": 2}  # TYPE_CHECKING skipped, else kept
+    assert graph["pkg.other.d"] == {"pkg.sub.c": 1, "pkg.sub._priv": 2}
+    cycles = import_cycles(graph)
+    assert cycles == [["pkg.a", "pkg.sub.b"]]
+    text = describe_cycle(cycles[0], graph)
+    assert "pkg.a -> pkg.sub.b (line 1)" in text
+    assert "pkg.sub.b -> pkg.a (line 2)" in text
+
+
+def test_the_checker_finds_private_imports_of_other_packages(tmp_path: Path) -> None:
+    write(tmp_path, FAKE)
+    modules = discover(tmp_path, "pkg")
+    graph = import_graph(modules)
+    assert private_import_violations(modules, graph) == [
+        "pkg.other.d:2 imports pkg.sub._priv (private to pkg.sub)"
+    ]
+    assert private_owner("pkg.sub._priv") == "pkg.sub"
+    assert private_owner("pkg._x.y") == "pkg"
+    assert private_owner("pkg.__init__") is None
+    scripts = tmp_path / "scripts" / "bench"
+    write(
+        scripts,
+        {
+            "ok.py": "import pkg.a\nfrom pkg.sub import c\n",
+            "bad.py": "from pkg.sub._priv import X\ndef f():\n    from pkg import _util\n",
+        },
+    )
+    assert script_private_imports(scripts.glob("*.py"), "pkg", tmp_path) == [
+        "bench/bad.py:1 imports pkg.sub._priv",
+        "bench/bad.py:3 imports pkg._util",
+    ]
+
+
+def test_the_checker_finds_long_modules_and_functions(tmp_path: Path) -> None:
+    def lines(indent: str, count: int) -> str:
+        return "".join(f"{indent}x{i} = {i}\n" for i in range(count))
+
+    write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/long.py": "\n" * 9,  # one line over
+            "pkg/full.py": "\n" * 8,  # at the limit
+            "pkg/f.py": "class C:\n    async def m(self):\n" + lines(" " * 8, 5),  # 6 lines
+            "pkg/g.py": "def at_the_limit():\n" + lines("    ", 4),  # 5 lines
+        },
+    )
+    found = size_violations(discover(tmp_path, "pkg"), max_module=8, max_function=5)
+    assert found == [
+        "function pkg.f.m (line 2): 6 lines (max 5)",
+        "module pkg.long: 9 lines (max 8)",
+    ]
+
+
+# --- the package ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def modules() -> dict[str, Module]:
+    found = discover(SRC, PACKAGE)
+    assert len(found) > 50, f"too few modules under {SRC / PACKAGE}"
+    return found
+
+
+@pytest.fixture(scope="module")
+def graph(modules: dict[str, Module]) -> dict[str, dict[str, int]]:
+    return import_graph(modules)
+
+
+def test_no_import_cycle(graph: dict[str, dict[str, int]]) -> None:
+    cycles = import_cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(describe_cycle(c, graph) for c in cycles)
+
+
+def test_the_graph_sees_the_package_imports(graph: dict[str, dict[str, int]]) -> None:
+    """A sanity check of the reader: known imports are edges."""
+    assert "dsh_agent_loop.stores.sqlite._sync" in graph["dsh_agent_loop.stores.sqlite._commit"]
+    assert "dsh_agent_loop.stores._rows" in graph["dsh_agent_loop.stores.sqlite._commit"]
+    assert "dsh_agent_loop.llm._http" in graph["dsh_agent_loop.llm.openai"]
+
+
+def test_no_private_module_of_another_package_is_imported(
+    modules: dict[str, Module], graph: dict[str, dict[str, int]]
+) -> None:
+    found = private_import_violations(modules, graph)
+    assert not found, "private modules imported from another package:\n" + "\n".join(found)
+
+
+def test_the_bench_scripts_import_no_private_module() -> None:
+    scripts = sorted(BENCH.glob("*.py"))
+    assert scripts, f"no scripts under {BENCH}"
+    found = script_private_imports(scripts, PACKAGE, SRC)
+    assert not found, "scripts/bench imports private modules:\n" + "\n".join(found)
+
+
+def test_no_module_or_function_is_too_long(modules: dict[str, Module]) -> None:
+    found = size_violations(modules, MAX_MODULE_LINES, MAX_FUNCTION_LINES)
+    assert not found, "too long:\n" + "\n".join(found)
