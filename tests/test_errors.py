@@ -19,6 +19,11 @@ from dsh_agent_loop.errors import (
     SessionNotFoundError,
     SessionOwnershipLostError,
     StoreError,
+    SubscriberOverflowError,
+    TurnAbortedError,
+    TurnBlockedError,
+    TurnError,
+    TurnFailedError,
 )
 
 CODES = {
@@ -33,6 +38,11 @@ CODES = {
     SessionAlreadyOwnedError: "SESSION_ALREADY_OWNED",
     SessionOwnershipLostError: "OWNERSHIP_LOST",
     SequenceConflictError: "SEQUENCE_CONFLICT",
+    SubscriberOverflowError: "SUBSCRIBER_OVERFLOW",
+    TurnError: "TURN_ERROR",
+    TurnFailedError: "TURN_FAILED",
+    TurnBlockedError: "TURN_BLOCKED",
+    TurnAbortedError: "TURN_ABORTED",
 }
 
 STORE_ERRORS = (
@@ -104,3 +114,11 @@ def test_errors_survive_pickling_with_their_message():
     assert type(back) is SessionNotFoundError
     assert back.message == "no s1"
     assert back.code == "SESSION_NOT_FOUND"
+
+
+def test_turn_errors_carry_their_result_and_the_turns_own_code():
+    failed = TurnFailedError("turn 3 failed", result=None, code="HTTP_5XX")
+    assert failed.code == "HTTP_5XX"
+    assert isinstance(failed, TurnError)
+    assert TurnBlockedError("blocked").result is None
+    assert SubscriberOverflowError("behind", missed=7).missed == 7

@@ -197,3 +197,71 @@ def test_violations_print_kind_and_seq():
     b.add("step/end", {"turn": 1, "step": 1})
     (v,) = invariants.check(b.events)
     assert str(v) == "step: seq 0: step/end without an open step"
+
+
+def _awaiting_log() -> LogBuilder:
+    """Turn 1 ends awaiting approval of c1."""
+    b = LogBuilder()
+    b.seed_end()
+    b.turn_start(1)
+    b.step_start(1, 1)
+    b.user("m-1", "go")
+    b.assistant(1, 1, calls=[("c1", "t", {})])
+    b.tool_call(1, 1, "c1")
+    b.add(
+        "tool/approval-requested",
+        {"turn": 1, "step": 1, "call_id": "c1", "name": "t", "arguments": {}},
+    )
+    b.step_end(1, 1)
+    b.add("turn/end", {"turn": 1, "reason": {"kind": "awaiting-approval", "call_ids": ["c1"]}})
+    return b
+
+
+def test_a_call_awaiting_approval_is_accepted_and_its_continuation_answers_it():
+    b = _awaiting_log()
+    assert invariants.check(b.events, allow_open_turn=False) == []
+    b.add("tool/approval", {"call_id": "c1", "decision": "approve"})
+    b.turn_start(2)
+    b.step_start(2, 1)
+    b.tool_result(2, 1, "c1", 5)
+    b.assistant(2, 1, "done")
+    b.step_end(2, 1)
+    b.turn_end(2)
+    assert invariants.check(b.events, allow_open_turn=False) == []
+
+
+def test_a_deferred_call_never_answered_is_caught():
+    b = _awaiting_log()
+    b.turn_start(2)
+    b.step_start(2, 1)
+    b.assistant(2, 1, "done")
+    b.step_end(2, 1)
+    b.turn_end(2)
+    assert kinds(b.events) == ["tool-call"]
+
+
+def test_a_deferred_call_in_a_turn_not_awaiting_approval_is_caught():
+    b = _awaiting_log()
+    events = [*b.events[:-1], b.events[-1].with_seq(b.events[-1].seq)]
+    end = events[-1]
+    events[-1] = Event(end.type, end.seq, end.time, {"turn": 1, "reason": {"kind": "completed"}})
+    assert kinds(events) == ["tool-call"]
+
+
+def test_a_user_message_before_the_deferred_result_is_caught():
+    b = _awaiting_log()
+    b.add("tool/approval", {"call_id": "c1", "decision": "approve"})
+    b.turn_start(2)
+    b.step_start(2, 1)
+    b.user("m-2", "sneaked in")
+    b.tool_result(2, 1, "c1", 5)
+    b.assistant(2, 1, "done")
+    b.step_end(2, 1)
+    b.turn_end(2)
+    assert kinds(b.events) == ["request"]
+
+
+def test_an_approval_of_no_pending_call_is_caught():
+    b = _awaiting_log()
+    b.add("tool/approval", {"call_id": "zz", "decision": "approve"})
+    assert kinds(b.events) == ["approval"]

@@ -562,3 +562,15 @@ async def test_a_failing_driver_closes_its_writer_and_fails_the_runtime(
     assert stat.event_count == 2  # the seed and the prompt, committed by the final commit
     again = await store.open(sid, "write")  # the writer released ownership
     await again.close()
+
+
+async def test_opening_a_runtime_in_an_already_cancelled_scope_leaves_at_once(autojump_clock):
+    entered = False
+    with trio.fail_after(5):  # a hang here would be a shielded timer task never started
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            async with open_runtime(providers={"scripted": ScriptedModel([])}):
+                entered = True
+                await trio.sleep(1)
+    assert scope.cancelled_caught
+    assert entered  # the body ran, and its first checkpoint raised Cancelled

@@ -132,13 +132,16 @@ def w1(
     calls: int = 1,
     store_factory: Callable[[], SessionStore] = MemoryStore,
     marks: list[float] | None = None,
+    tracer_provider: Any = None,
 ) -> float:
     """Seconds for one agent to run one turn of ``steps`` steps with ``calls`` tools each."""
 
     async def main() -> float:
         model = ScriptedModel([_script(steps, calls, marks)], loop=True)
         store = store_factory()
-        async with open_runtime(store=store, providers={"s": model}, tools=[noop]) as rt:
+        async with open_runtime(
+            store=store, providers={"s": model}, tools=[noop], tracer_provider=tracer_provider
+        ) as rt:
             h = await rt.agents.create(options=AgentOptions(id="w1", provider="s", model="m"))
             start = time.perf_counter()
             h.agent.followup("go")
@@ -200,6 +203,23 @@ class _PerAgentModel:
         pass
 
 
+def _traced_w1(steps: int) -> tuple[float, float] | None:
+    """Best of 5 W1 runs traced to an SDK ``TracerProvider`` without processors (extra ``otel``).
+
+    Returns the traced best and the best of 5 untraced runs alternated with them (so load on
+    the machine hits both); None when ``opentelemetry-sdk`` is not installed.
+    """
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+    except ImportError:
+        return None
+    traced, plain = [], []
+    for _ in range(5):
+        traced.append(w1(steps, tracer_provider=TracerProvider()))
+        plain.append(w1(steps))
+    return min(traced), min(plain)
+
+
 def run_loop_bench(quick: bool = False) -> dict[str, Any]:
     """Run W1, W1 growth, W2 and W3 (and their references); returns the JSON record."""
     # Ours and the reference alternate, so a burst of load on this shared machine hits both;
@@ -210,6 +230,7 @@ def run_loop_bench(quick: bool = False) -> dict[str, Any]:
         w1_runs.append(w1(steps))
         ref1_runs.append(reference_loop(steps))
     ref1 = min(ref1_runs)
+    traced = _traced_w1(steps)
     # Growth: the best 100-step window at the start against the best at the end, over three
     # marked runs (one run's 6 ms windows are at the mercy of a single hiccup on this machine).
     firsts, lasts = [], []
@@ -235,6 +256,9 @@ def run_loop_bench(quick: bool = False) -> dict[str, Any]:
         "w2_ref_sequential_us_per_step": ref2_seq / w2_steps * 1e6,
         "w3": [],
     }
+    if traced is not None:
+        result["w1_traced_us_per_step"] = traced[0] / steps * 1e6
+        result["w1_traced_baseline_us_per_step"] = traced[1] / steps * 1e6
     for n in (1000,) if quick else (1000, 10000):
         elapsed, mb = w3(n)
         ref = reference_loop(5, agents=n)
@@ -260,6 +284,20 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             "≤ 5×",
         ),
         ("W1 growth (900–1000 / 1–100)", f"{result['w1_growth_100_vs_10']:.2f}", "", "", "≤ 1.2"),
+    ]
+    if "w1_traced_us_per_step" in result:
+        traced = result["w1_traced_us_per_step"]
+        plain = result.get("w1_traced_baseline_us_per_step", result["w1_us_per_step"])
+        out.append(
+            (
+                "W1 µs/step with tracing (vs W1)",
+                f"{traced:.1f}",
+                f"{plain:.1f}",
+                f"{traced / plain:.1f}×",
+                f"+{traced - plain:.1f} µs/step",
+            )
+        )
+    out += [
         (
             "W2 µs/step (8 tools/step)",
             f"{result['w2_us_per_step']:.1f}",

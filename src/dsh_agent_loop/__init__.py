@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from . import invariants as invariants
 from ._frozen import FrozenDict as FrozenDict
+from .agent.approvals import ApprovalRequest as ApprovalRequest
+from .agent.calls import RunStream as RunStream
 from .agent.driver import Agent as Agent
 from .agent.driver import AgentScope as AgentScope
 from .agent.lifecycle import AgentHandle as AgentHandle
@@ -18,6 +20,8 @@ from .agent.prompt import PromptAssembly as PromptAssembly
 from .agent.prompt import PromptSection as PromptSection
 from .agent.request import PreStepDecision as PreStepDecision
 from .agent.request import Retry as Retry
+from .agent.results import ToolCallRecord as ToolCallRecord
+from .agent.results import TurnResult as TurnResult
 from .config import RuntimeConfig as RuntimeConfig
 from .config import load_config as load_config
 from .errors import AgentAlreadyExistsError as AgentAlreadyExistsError
@@ -31,10 +35,16 @@ from .errors import SessionAlreadyOwnedError as SessionAlreadyOwnedError
 from .errors import SessionNotFoundError as SessionNotFoundError
 from .errors import SessionOwnershipLostError as SessionOwnershipLostError
 from .errors import StoreError as StoreError
+from .errors import SubscriberOverflowError as SubscriberOverflowError
+from .errors import TurnAbortedError as TurnAbortedError
+from .errors import TurnBlockedError as TurnBlockedError
+from .errors import TurnError as TurnError
+from .errors import TurnFailedError as TurnFailedError
 from .events import Event as Event
 from .hooks import HookBus as HookBus
 from .llm.base import Failure as Failure
 from .llm.base import ModelRequest as ModelRequest
+from .llm.base import Usage as Usage
 from .llm.providers import AnthropicProvider as AnthropicProvider
 from .llm.providers import OpenAIProvider as OpenAIProvider
 from .llm.scripted import Reply as Reply
@@ -63,6 +73,7 @@ __all__ = [
     "AgentOptions",
     "AgentScope",
     "AnthropicProvider",
+    "ApprovalRequest",
     "ConfigError",
     "Deny",
     "Event",
@@ -79,6 +90,7 @@ __all__ = [
     "PromptSection",
     "Reply",
     "Retry",
+    "RunStream",
     "Runtime",
     "RuntimeConfig",
     "ScriptedModel",
@@ -91,10 +103,18 @@ __all__ = [
     "SessionStore",
     "SqliteStore",
     "StoreError",
+    "SubscriberOverflowError",
     "Tool",
+    "ToolCallRecord",
     "ToolContext",
     "ToolResult",
+    "TurnAbortedError",
+    "TurnBlockedError",
     "TurnBudget",
+    "TurnError",
+    "TurnFailedError",
+    "TurnResult",
+    "Usage",
     "invariants",
     "load_config",
     "open_runtime",

@@ -37,6 +37,8 @@ ASSISTANT_MESSAGE: Final = "assistant/message"
 ASSISTANT_ATTEMPT: Final = "assistant/attempt"
 TOOL_CALL: Final = "tool/call"
 TOOL_RESULT: Final = "tool/result"
+TOOL_APPROVAL_REQUESTED: Final = "tool/approval-requested"
+TOOL_APPROVAL: Final = "tool/approval"
 REQUEST_HEADER: Final = "request/header"
 REQUEST_CONTEXT: Final = "request/context"
 INBOX_SPLICED: Final = "agent/inbox/spliced"
@@ -54,6 +56,8 @@ DURABLE_TYPES: Final = frozenset(
         ASSISTANT_ATTEMPT,
         TOOL_CALL,
         TOOL_RESULT,
+        TOOL_APPROVAL_REQUESTED,
+        TOOL_APPROVAL,
         REQUEST_HEADER,
         REQUEST_CONTEXT,
         INBOX_SPLICED,

@@ -13,6 +13,10 @@ It reports, as ``Violation`` records (an empty list means well formed):
 - ``tool-call`` / ``tool-result``: a model tool call without exactly one ``tool/call`` and one
   ``tool/result`` in its turn (a trailing open turn may still have calls in flight), a result whose
   ``source_event_seqs`` does not cite a ``tool/call`` of the same id, a duplicate result;
+- ``approval``: a ``tool/approval-requested`` for a call without its ``tool/call``, a
+  ``tool/approval`` that decides no pending call (or decides one twice). A call deferred for
+  approval may go without a result while its turn ended ``awaiting-approval`` and until the next
+  turn (its continuation), which must give it one;
 - ``request``: at a request point (each ``assistant/message`` / ``assistant/attempt``) the derived
   history is not a valid provider request — an assistant tool call not answered by tool results
   before the next user or assistant message, or a tool message without a preceding call.
@@ -83,6 +87,9 @@ class _Checker:
         self.expected: dict[str, int] = {}  # call_id -> seq of its assistant message
         self.calls: dict[str, int] = {}  # call_id -> seq of its tool/call
         self.results: set[str] = set()
+        self.requested: set[str] = set()  # calls deferred for approval in this turn
+        self.carried: dict[str, int] = {}  # pending calls -> seq of their tool/call
+        self.decided: set[str] = set()
 
     def add(self, kind: str, seq: int | None, message: str) -> None:
         self.out.append(Violation(kind, seq, message))
@@ -123,17 +130,28 @@ class _Checker:
         if self.step_open:
             self.add("step", event.seq, "turn ended with a step open")
             self.step_open = False
-        self._close_turn(event.seq)
+        reason = event.data.get("reason") or {}
+        awaiting = reason.get("call_ids", ()) if reason.get("kind") == "awaiting-approval" else ()
+        self._close_turn(event.seq, awaiting)
 
-    def _close_turn(self, seq: int | None) -> None:
+    def _close_turn(self, seq: int | None, awaiting: Sequence[str] = ()) -> None:
+        for call_id in self.carried:
+            self.add("tool-call", seq, f"deferred tool call {call_id!r} has no tool/result")
+        self.carried = {}
+        self.decided.clear()
         for call_id, at in self.expected.items():
             if call_id not in self.calls:
                 self.add("tool-call", at, f"tool call {call_id!r} has no tool/call")
-            if call_id not in self.results:
+            if call_id in self.results:
+                continue
+            if call_id in awaiting and call_id in self.requested and call_id in self.calls:
+                self.carried[call_id] = self.calls[call_id]  # pending: its continuation answers
+            else:
                 self.add("tool-call", at, f"tool call {call_id!r} has no tool/result")
         self.expected.clear()
         self.calls.clear()
         self.results.clear()
+        self.requested.clear()
         self.turn = None
 
     def _step_start(self, event: Event) -> None:
@@ -179,9 +197,28 @@ class _Checker:
             self.add("tool-call", event.seq, f"second tool/call for {call_id!r}")
         self.calls[str(call_id)] = int(event.seq or 0)
 
+    def _tool_approval_requested(self, event: Event) -> None:
+        call_id = event.data.get("call_id")
+        if call_id not in self.calls:
+            self.add("approval", event.seq, f"approval requested for {call_id!r} before its call")
+        self.requested.add(str(call_id))
+
+    def _tool_approval(self, event: Event) -> None:
+        call_id = str(event.data.get("call_id"))
+        if call_id not in self.carried or call_id in self.decided:
+            self.add("approval", event.seq, f"tool/approval {call_id!r} decides no pending call")
+        self.decided.add(call_id)
+
     def _tool_result(self, event: Event) -> None:
         call_id = event.data["message"].get("call_id")
         cites = event.source_event_seqs or ()
+        if call_id in self.carried:  # a deferred call answered by its continuation
+            if self.carried.pop(call_id) not in cites:
+                self.add(
+                    "tool-result", event.seq, f"tool/result {call_id!r} does not cite its call"
+                )
+            self.results.add(call_id)
+            return
         if call_id not in self.calls or self.calls[call_id] not in cites:
             self.add(
                 "tool-result", event.seq, f"tool/result {call_id!r} does not cite its tool/call"

@@ -26,8 +26,8 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from contextlib import asynccontextmanager
-from typing import Any, final
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TYPE_CHECKING, Any, final
 
 import attrs
 import trio
@@ -43,15 +43,29 @@ from .hooks import HookBus, call_observer
 from .llm.base import ModelAdapter
 from .llm.providers import AnthropicProvider, OpenAIProvider
 from .llm.router import ModelRouter
+from .mcp import McpServer, McpServers, open_mcp_servers
 from .session.store import SessionStore
 from .session.writer import CommitTimer
 from .stores.memory import MemoryStore
 from .tools.base import Tool
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
 __all__ = ["Runtime", "RuntimeStatistics", "StartFailure", "open_runtime"]
 
 #: Seconds the runtime's shutdown may spend disposing agents before it cancels them.
 SHUTDOWN_TIMEOUT = 30.0
+#: The ``RuntimeStatistics`` fields that sum the live agents' ``AgentStatistics``.
+_SUMMED = (
+    "turns",
+    "steps",
+    "tool_calls",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "reasoning_tokens",
+)
 
 
 @final
@@ -76,6 +90,20 @@ class RuntimeStatistics:
     """Declared agents that failed to start."""
     pending_commits: int
     """Sessions whose appended events wait for the group-commit timer."""
+    turns: int = 0
+    """Turns run, summed over live agents (each counts since it was created or resumed)."""
+    steps: int = 0
+    """Steps entered, summed over live agents."""
+    tool_calls: int = 0
+    """Tool calls the models asked for, summed over live agents."""
+    input_tokens: int = 0
+    """Input tokens, summed over live agents (``AgentStatistics`` says where they come from)."""
+    output_tokens: int = 0
+    """Output tokens, summed over live agents."""
+    cache_read_tokens: int = 0
+    """Cache-read input tokens, summed over live agents."""
+    reasoning_tokens: int = 0
+    """Reasoning tokens, summed over live agents."""
 
 
 @final
@@ -104,6 +132,8 @@ class Runtime:
         self.tools: dict[str, Tool] = dict(tools)
         """Runtime tools by name (visible to every agent unless its options name a subset)."""
         self.start_failures: list[StartFailure] = []
+        self.mcp: McpServers | None = None
+        """The MCP server connections (set when the runtime opens)."""
         self._services = Services(
             router=router,
             hooks=self.hooks,
@@ -136,16 +166,20 @@ class Runtime:
         return dispose
 
     def statistics(self) -> RuntimeStatistics:
-        """A snapshot of the runtime's counters."""
+        """A snapshot of the runtime's counters; work and token totals sum the live agents'."""
+        agents = [a.statistics() for a in self.agents.list()]
         return RuntimeStatistics(
-            agents=len(self.agents.handles()),
+            agents=len(agents),
             sessions=self.agents.session_count(),
             start_failures=len(self.start_failures),
             pending_commits=self.commit_timer.statistics().waiting_writers,
+            **{name: sum(getattr(s, name) for s in agents) for name in _SUMMED},
         )
 
-    async def start_declared_agents(self) -> None:
-        """Start the agents declared in the config; failures go to ``start_failures``."""
+    async def start_declared_agents(self, mcp: McpServers | None = None) -> None:
+        """Start the MCP servers, then the agents declared; failures go to ``start_failures``."""
+        if mcp is not None:
+            await self._start_mcp_servers(mcp)
         for entry in self.config.agents:
             try:
                 options, setup = _options_from_entry(entry)
@@ -169,20 +203,25 @@ class Runtime:
                     for fn in self.hooks.listeners("on", CONFIG_START_FAILED):
                         call_observer(fn, CONFIG_START_FAILED, event)
 
+    async def _start_mcp_servers(self, mcp: McpServers) -> None:
+        """Start the MCP servers; their tools become runtime tools, their failures entries."""
+        self.mcp = mcp
+        for error in await mcp.start(self.add_tool):
+            self.start_failures.append(StartFailure(f"mcpServers.{error.server}", error))
+
     async def _dispose_agents(self) -> None:
         with trio.move_on_after(SHUTDOWN_TIMEOUT):
             await self.agents.dispose_all()
 
 
-async def _run_timer(
-    timer: CommitTimer,
-    scope: trio.CancelScope,
-    *,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Run the group-commit timer in ``scope`` (shielded: it outlives every agent's task)."""
+async def _run_timer(timer: CommitTimer, scope: trio.CancelScope) -> None:
+    """Run the group-commit timer in ``scope`` (shielded: it outlives every agent's task).
+
+    Started with ``start_soon``, not ``start``: a ``start`` made from an already cancelled scope
+    would wait for a shielded task that trio never lets report itself started.
+    """
     with scope:
-        await timer.run(task_status=task_status)
+        await timer.run()
 
 
 def _frozen(data: dict[str, Any]) -> Any:
@@ -222,6 +261,7 @@ def _options_from_entry(entry: AgentEntry) -> tuple[AgentOptions, Setup | None]:
         persona=persona,
         tools=names,  # type: ignore[arg-type]  # attrs plugin: optional(tuple) stays generic
         turn_budget=entry.turn_budget,
+        require_approval=entry.require_approval,
     )
     return options, add_tools if listed.tools else None
 
@@ -268,6 +308,9 @@ async def open_runtime(
     settings: Mapping[str, Any] | None = None,
     clock: Callable[[], float] | None = None,
     seed: int | None = None,
+    tracer_provider: TracerProvider | None = None,
+    otel_capture_content: bool = False,
+    mcp_servers: Iterable[McpServer] = (),
 ) -> AsyncIterator[Runtime]:
     """Open a runtime; every agent it starts lives and dies inside this block.
 
@@ -281,6 +324,10 @@ async def open_runtime(
         settings: The user settings layer (camelCase keys, like the plugin config block).
         clock: Stamps ``Event.time`` (default: wall-clock seconds).
         seed: Seeds the runtime's one random source (retry jitter, simulation).
+        tracer_provider: Trace turns, model attempts and tool calls to this OpenTelemetry
+            provider (extra ``otel``; the config's ``otel`` key uses the global provider).
+        otel_capture_content: Record message content on the spans (default off).
+        mcp_servers: MCP servers whose tools become runtime tools (``docs/mcp.md``).
 
     Raises:
         ConfigError: invalid configuration (before any store is opened).
@@ -297,7 +344,7 @@ async def open_runtime(
     body_error: BaseException | None = None
     timer_scope = trio.CancelScope(shield=True)
     try:
-        async with trio.open_nursery() as root:
+        async with trio.open_nursery() as root, _open_mcp(cfg, mcp_servers) as mcp:
             try:
                 async with trio.open_nursery() as agents:
                     rt = Runtime(
@@ -310,20 +357,15 @@ async def open_runtime(
                         rng=random.Random(seed),
                         config=cfg,
                     )
-                    await root.start(_run_timer, rt.commit_timer, timer_scope)
+                    _trace(rt, tracer_provider, otel_capture_content)
+                    root.start_soon(_run_timer, rt.commit_timer, timer_scope)
                     try:
-                        await rt.start_declared_agents()
+                        await rt.start_declared_agents(mcp)
                         yield rt
                     except BaseException as exc:
                         body_error = exc
                     finally:
-                        try:
-                            with trio.CancelScope(shield=True):
-                                await rt._dispose_agents()
-                        finally:
-                            # Whatever teardown overran: its task's final commit is bounded.
-                            rt.agents.cancel_remaining()
-                            agents.cancel_scope.cancel()
+                        await _end_agents(rt, agents)
             finally:
                 # Every agent's task has ended, its closers committed: now the timer may go.
                 timer_scope.cancel()
@@ -335,6 +377,35 @@ async def open_runtime(
         leaving = body_error
     if leaving is not None:
         raise leaving  # outside the handler: the body's exception keeps its own context
+
+
+def _trace(rt: Runtime, provider: TracerProvider | None, capture_content: bool) -> None:
+    """Trace ``rt`` when a provider is given or the config asks for it (extra ``otel``)."""
+    otel = rt.config.plugin.otel
+    if provider is not None or (otel is not None and otel.enabled):
+        from .otel import trace_runtime  # imports opentelemetry: only when asked
+
+        content = capture_content or (otel is not None and otel.capture_content)
+        trace_runtime(rt, provider, capture_content=content)
+
+
+async def _end_agents(rt: Runtime, agents: trio.Nursery) -> None:
+    """Dispose every agent (shielded, bounded), then cancel whatever teardown overran."""
+    try:
+        with trio.CancelScope(shield=True):
+            await rt._dispose_agents()
+    finally:
+        # Whatever teardown overran: its task's final commit is bounded.
+        rt.agents.cancel_remaining()
+        agents.cancel_scope.cancel()
+
+
+def _open_mcp(
+    config: RuntimeConfig, explicit: Iterable[McpServer]
+) -> AbstractAsyncContextManager[McpServers]:
+    """The config's MCP servers and ``open_runtime``'s (which win by name), not yet started."""
+    declared = [McpServer.from_config(n, c) for n, c in config.mcp_servers.items()]
+    return open_mcp_servers([*declared, *explicit])
 
 
 async def _close(router: ModelRouter, store: SessionStore) -> None:

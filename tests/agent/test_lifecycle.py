@@ -474,3 +474,14 @@ async def test_runtime_statistics_count_live_agents_and_sessions(autojump_clock)
         assert (rt.statistics().agents, rt.statistics().sessions) == (1, 1)
         with pytest.raises(attrs.exceptions.FrozenInstanceError):
             stats.agents = 5  # type: ignore[misc]
+
+
+async def test_agents_with_the_same_options_share_one_header_options_record(autojump_clock):
+    async with open_runtime(providers={"scripted": ScriptedModel([])}) as rt:
+        a = await rt.agents.create(options=AgentOptions(id="a", provider="scripted", model="m"))
+        b = await rt.agents.create(options=AgentOptions(id="b", provider="scripted", model="m"))
+        c = await rt.agents.create(options=AgentOptions(id="c", provider="scripted", model="x"))
+        record = a.agent.log.header["options"]
+        assert record == {"provider": "scripted", "model": "m"}
+        assert b.agent.log.header["options"] is record  # shared, not one copy per agent
+        assert c.agent.log.header["options"]["model"] == "x"

@@ -9,6 +9,7 @@ from dsh_agent_loop import (
     AgentOptions,
     PreStepDecision,
     Reply,
+    SubscriberOverflowError,
     ToolResult,
     tool,
 )
@@ -520,15 +521,16 @@ async def test_subscribe_filters_by_type(autojump_clock):
         assert {e.type for e in got} == {"turn/end", "agent/status"}
 
 
-async def test_slow_subscriber_is_closed_and_the_agent_keeps_running(autojump_clock):
+async def test_slow_subscriber_overflows_loudly_and_the_agent_keeps_running(autojump_clock):
     async with harness([Reply.text("many words in this answer")]) as h:
         async with h.agent.subscribe(max_buffer=2) as recv:
             await h.run("go")
             assert turn_ends(h.events) == [{"kind": "completed"}]
             received = [recv.receive_nowait(), recv.receive_nowait()]
             assert len(received) == 2
-            with pytest.raises(trio.EndOfChannel):
+            with pytest.raises(SubscriberOverflowError) as caught:
                 await recv.receive()
+            assert caught.value.missed > 0
         assert h.agent.statistics().subscribers == 0
         assert_well_formed(h.events)
 

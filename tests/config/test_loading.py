@@ -143,7 +143,8 @@ REJECTIONS: list[tuple[str, dict[str, Any], str]] = [
     (
         "unknown top-level key",
         {"plugin": []},
-        "plugin: unknown key (did you mean 'plugins'? allowed: plugins, store, providers)",
+        "plugin: unknown key (did you mean 'plugins'? allowed: plugins, store, providers, "
+        "mcpServers)",
     ),
     (
         "bad store URL",

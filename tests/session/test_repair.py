@@ -162,3 +162,75 @@ def test_repair_makes_any_crash_prefix_well_formed_and_is_idempotent(prefix):
     # every model tool call has exactly one result afterwards
     results = [e.data["message"]["call_id"] for e in once if e.type == "tool/result"]
     assert len(results) == len(set(results))
+
+
+def _deferred_turn(b: LogBuilder, open_turn: bool) -> tuple[int, int]:
+    """Turn 1 defers c2 for approval (c1 ran); returns the tool/call seqs of c1 and c2."""
+    b.seed_end()
+    b.turn_start(1)
+    b.step_start(1, 1)
+    b.user("m-1", "go")
+    b.assistant(1, 1, calls=[("c1", "t", {}), ("c2", "t", {"x": 1})])
+    c1 = b.tool_call(1, 1, "c1")
+    c2 = b.tool_call(1, 1, "c2", args='{"x": 1}')
+    b.add(
+        "tool/approval-requested",
+        {"turn": 1, "step": 1, "call_id": "c2", "name": "t", "arguments": {"x": 1}},
+    )
+    b.tool_result(1, 1, "c1", c1)
+    if not open_turn:
+        b.step_end(1, 1)
+        b.add("turn/end", {"turn": 1, "reason": {"kind": "awaiting-approval", "call_ids": ["c2"]}})
+    return c1, c2
+
+
+def test_repair_leaves_a_call_awaiting_approval_alone():
+    b = LogBuilder()
+    _deferred_turn(b, open_turn=True)
+    closers = repair_events(b.events, 1.0)
+    # no TOOL_OUTCOME_UNKNOWN / TOOL_NOT_STARTED for c2: it never ran and may still be decided
+    assert types(closers) == ["step/end", "turn/end"]
+    reason = closers[-1].data["reason"]
+    assert reason == {"kind": "awaiting-approval", "call_ids": ("c2",)}
+    log = repaired(b.events)
+    assert invariants.check(log, allow_open_turn=False) == []
+    assert repair_events(log, 2.0) == []  # idempotent
+
+
+def test_repair_settles_what_an_open_continuation_did_not_answer():
+    b = LogBuilder()
+    b.seed_end()
+    b.turn_start(1)
+    b.step_start(1, 1)
+    b.user("m-1", "go")
+    b.assistant(1, 1, calls=[("c1", "t", {}), ("c2", "t", {}), ("c3", "t", {})])
+    seqs = {}
+    for call_id in ("c1", "c2", "c3"):
+        seqs[call_id] = b.tool_call(1, 1, call_id)
+        b.add(
+            "tool/approval-requested",
+            {"turn": 1, "step": 1, "call_id": call_id, "name": "t", "arguments": {}},
+        )
+    b.step_end(1, 1)
+    reason = {"kind": "awaiting-approval", "call_ids": ["c1", "c2", "c3"]}
+    b.add("turn/end", {"turn": 1, "reason": reason})
+    b.add("tool/approval", {"call_id": "c1", "decision": "approve"})
+    b.add("tool/approval", {"call_id": "c2", "decision": "deny", "message": "no"})
+    b.add("tool/approval", {"call_id": "c3", "decision": "approve"})
+    b.turn_start(2)
+    b.step_start(2, 1)
+    b.tool_result(2, 1, "c1", seqs["c1"])  # c1 ran; the crash came while c3 ran
+    closers = repair_events(b.events, 1.0)
+    assert types(closers) == ["tool/result", "tool/result", "step/end", "turn/end"]
+    denied, unknown = closers[0], closers[1]
+    assert denied.data["message"]["call_id"] == "c2"
+    assert denied.data["message"]["content"][0]["text"] == "Error: tool call denied: no"
+    assert denied.data["error"]["code"] == "DENIED"
+    assert denied.source_event_seqs == (seqs["c2"],)
+    assert unknown.data["message"]["call_id"] == "c3"
+    assert unknown.data["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+    assert unknown.data["message"]["content"][0]["text"] == OUTCOME_UNKNOWN_TEXT
+    assert closers[-1].data["reason"] == {"kind": "interrupted"}
+    log = repaired(b.events)
+    assert invariants.check(log, allow_open_turn=False) == []
+    assert repair_events(log, 2.0) == []

@@ -41,16 +41,22 @@ from ..hooks import HookBus, HookChain, HookScope
 from ..session.log import Session, SessionView
 from ..session.projections import NEXT_STEP, NEXT_TURN
 from ..session.records import RecordCache
+from . import approvals, calls
+from .calls import Calls
 from .inbox import Inbox, MessageInput, Target
 from .options import AgentOptions, TurnBudget
+from .output import OutputRegistry
 from .series import RequestSeries
+from .statistics import AgentStatistics
 from .step_inputs import AssemblyCache
+from .subscription import Subscriber, Subscription
 from .turn import Turn
 
 if TYPE_CHECKING:
     from ..llm.router import ModelRouter
     from ..session.writer import SessionWriter
     from ..tools.base import Tool
+    from .results import TurnResult
 
 __all__ = ["Agent", "AgentScope", "AgentStatistics", "Services"]
 
@@ -112,27 +118,8 @@ class AgentScope:
         self.tools.clear()
 
 
-@final
-@attrs.frozen
-class AgentStatistics:
-    """A snapshot of one agent's counters."""
-
-    turns: int
-    events: int
-    status: str
-    subscribers: int
-
-
 async def _durable() -> None:
     """Nothing to wait for: a session without a writer keeps nothing pending for a store."""
-
-
-class _Subscriber:
-    __slots__ = ("send", "types")
-
-    def __init__(self, send: trio.MemorySendChannel[Event], types: frozenset[str] | None) -> None:
-        self.send = send
-        self.types = types
 
 
 @final
@@ -157,14 +144,17 @@ class Agent:
         "_subscribers",
         "_turn",
         "_turns",
+        "_uncounted",
         "_wake_pending",
         "assembly",
+        "calls",
         "hooks",
         "id",
         "inbox",
         "log",
         "on_driver_start",
         "options",
+        "outputs",
         "parent",
         "scope",
         "series",
@@ -205,14 +195,19 @@ class Agent:
         self._nursery: trio.Nursery | None = None
         self._on_store_stop: Callable[[], Awaitable[None]] | None = None
         self._stopped = Latch()
-        self._subscribers: list[_Subscriber] = []
+        self._subscribers: list[Subscriber] = []
         self.writer: SessionWriter | None = None
         self.series = RequestSeries(session)
         """This instance's requests: prompt reconciliation and request records."""
         self.assembly = AssemblyCache()
         """The default prompt assembly, rebuilt only when its inputs change."""
         self.store_failure: BaseException | None = None
+        self.calls: Calls | None = None
+        """Messages awaited by ``run``/``run_stream`` (``agent/calls.py``); made on first use."""
         self._turns = 0
+        self.outputs: OutputRegistry | None = None
+        """Structured-output registrations (``agent/output.py``); made on first use."""
+        self._uncounted = session.state.counters()  # the log's counters before this instance
         self.on_driver_start: Callable[[Agent, trio.lowlevel.Task], None] | None = None
         """Testing hook: called with the driver task when the driver starts."""
 
@@ -281,8 +276,50 @@ class Agent:
             self._nursery.start_soon(self._drive)
 
     def has_work(self) -> bool:
-        """True when either inbox list has a pending message."""
+        """True when an inbox list has a message; while calls await approval, when decided."""
+        state = self.log.state.approvals
+        if state is not None and state.awaiting:
+            return state.ready
         return len(self.inbox) > 0
+
+    def pending_approvals(self) -> tuple[approvals.ApprovalRequest, ...]:
+        """Tool calls waiting for ``approve`` or ``deny``, in model order."""
+        return approvals.pending(self)
+
+    def approve(self, call_id: str) -> None:
+        """Approve a pending call (a durable ``tool/approval``)."""
+        if approvals.decide(self, call_id, True):
+            self._wake()  # every call is decided: the continuation turn runs
+
+    def deny(self, call_id: str, message: str | None = None) -> None:
+        """Deny a pending call: it gets a ``DENIED`` result carrying ``message``."""
+        if approvals.decide(self, call_id, False, message):
+            self._wake()
+
+    async def resolve_approvals(self, decisions: Mapping[str, bool | str]) -> TurnResult:
+        """Decide pending calls (True approves, a string denies); the continuation's result."""
+        return await approvals.resolve(self, decisions)
+
+    def _expect_output(self, message_id: str, output_type: Any, retries: int) -> None:
+        """The turn claiming ``message_id`` must end with a valid ``final_result`` call."""
+        if self.outputs is None:
+            self.outputs = OutputRegistry()
+        self.outputs.expect(message_id, output_type, retries)
+
+    def _take_output(self, turn: int) -> Any:
+        """The structured value turn ``turn`` produced (forgotten now), or None."""
+        return None if self.outputs is None else self.outputs.take(turn)
+
+    # -- calls: a message as an awaitable turn (agent/calls.py) -----------------------------
+    run = calls.run
+    run_stream = calls.run_stream
+
+    def abort_turn(self, number: int, cause: str = "user") -> None:
+        """Abort turn ``number`` if it is running; messages queued behind it stay and run next."""
+        turn = self._turn
+        if turn is not None and turn.number == number:
+            turn.cancel(cause, None)
+            self._wake_pending = self._wake_pending or self.has_work()
 
     # -- cancellation ------------------------------------------------------------------------
     def cancel(
@@ -296,6 +333,8 @@ class Agent:
             self._turn.cancel(cause, message)
         elif not self._driving:
             self._set_status("idle")  # the wake it dropped had no driver yet
+        if cause != "disposed" and approvals.cancel_pending(self, cause):
+            self._wake()  # the continuation settles the denials and ends aborted
 
     async def wait_idle(self) -> None:
         """Wait until the driver is parked: no open turn and no unprocessed wake."""
@@ -320,15 +359,8 @@ class Agent:
 
     def publish(self, event: Event) -> None:
         """Deliver ``event`` to subscribers and ``on`` observers of its type."""
-        for sub in tuple(self._subscribers):
-            if sub.types is not None and event.type not in sub.types:
-                continue
-            try:
-                sub.send.send_nowait(event)
-            except trio.WouldBlock:
-                sub.send.close()  # fell max_buffer behind: the agent never blocks on a reader
-                self._subscribers.remove(sub)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+        for sub in tuple(self._subscribers):  # the agent never blocks on a reader
+            if not sub.offer(event):
                 self._subscribers.remove(sub)
         self.hooks.emit(event.type, event)
 
@@ -358,14 +390,8 @@ class Agent:
             return
         for event in batch:
             for sub in tuple(self._subscribers):
-                if sub.types is None or event.type in sub.types:
-                    try:
-                        sub.send.send_nowait(event)
-                    except trio.WouldBlock:
-                        sub.send.close()
-                        self._subscribers.remove(sub)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        self._subscribers.remove(sub)
+                if not sub.offer(event):
+                    self._subscribers.remove(sub)
             if self.hooks.has("on", SESSION_EVENT):
                 self.hooks.emit(
                     SESSION_EVENT,
@@ -379,18 +405,19 @@ class Agent:
 
     @asynccontextmanager
     async def subscribe(
-        self, types: Iterable[str] | None = None, max_buffer: int = 1024
-    ) -> AsyncIterator[trio.MemoryReceiveChannel[Event]]:
+        self, types: Iterable[str] | None = None, max_buffer: float = 1024
+    ) -> AsyncIterator[Subscription]:
         """Receive this agent's committed events and notifications (``seq=None``).
 
-        A subscriber that falls ``max_buffer`` behind has its channel closed.
+        A subscriber that falls ``max_buffer`` behind gets what was buffered, then
+        ``SubscriberOverflowError`` (``agent/subscription.py``).
         """
         send, recv = trio.open_memory_channel[Event](max_buffer)
-        sub = _Subscriber(send, frozenset(types) if types is not None else None)
+        sub = Subscriber(send, frozenset(types) if types is not None else None, max_buffer)
         self._subscribers.append(sub)
         try:
             async with recv:
-                yield recv
+                yield Subscription(recv, sub)
         finally:
             if sub in self._subscribers:
                 self._subscribers.remove(sub)
@@ -441,6 +468,8 @@ class Agent:
                     continue_after = await turn.run()
                 finally:
                     self._turn = None
+                    if self.calls is not None:
+                        self.calls.released(turn.number)  # a run() may return now
                 if continue_after and self.has_work() and not self._disposing:
                     self._wake_pending = True
         finally:
@@ -459,6 +488,8 @@ class Agent:
         """
         self.cancel(cause, keep_inbox=True)
         self._disposing = True
+        if self.calls is not None:
+            self.calls.close()  # calls still queued raise AgentClosedError
         if not self._driving:
             self._set_status("idle")
             self._stopped.set()
@@ -506,9 +537,11 @@ class Agent:
 
     def statistics(self) -> AgentStatistics:
         """A snapshot of this agent's counters."""
-        return AgentStatistics(
+        return AgentStatistics.of(
             turns=self._turns,
             events=len(self.log),
             status=self._status,
             subscribers=len(self._subscribers),
+            now=self.log.state.counters(),
+            base=self._uncounted,
         )

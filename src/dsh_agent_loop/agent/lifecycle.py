@@ -9,7 +9,8 @@ aborts the handle (unflushed events dropped, ownership released, no trace of a n
 session), so the same id can be retried.
 
 Resume opens the session for write, replays its log, appends the crash-repair closers, and
-continues on the same path. Teardown is memoised and exact: cancel (``disposed``), wait for the
+continues on the same path; options it is not given are the ones the log remembers
+(``agent/remember.py``). Teardown is memoised and exact: cancel (``disposed``), wait for the
 driver, close the scope, close the writer and its handle, then detach the agent and the session
 — each detach bound to the exact entry that was entered, so a stale disposer cannot remove a
 newer agent with the same id. Closing the writer is bounded (``WRITER_CLOSE_TIMEOUT``), so a hung
@@ -28,12 +29,13 @@ import builtins
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, final
 
 import trio
 
-from .._frozen import FrozenDict
+from .._frozen import FrozenDict, freeze
 from ..errors import AgentAlreadyExistsError, SessionNotFoundError, StoreError
 from ..events import (
     AGENT_CREATED,
@@ -50,8 +52,10 @@ from ..session.log import Session
 from ..session.repair import repair_events
 from ..session.store import FORMAT_VERSION, SessionStore, WriteHandle
 from ..session.writer import CLOSE_TIMEOUT, CommitTimer, SessionWriter
+from . import approvals
 from .driver import Agent, AgentScope, Services
 from .options import AgentOptions
+from .remember import HEADER_OPTIONS, header_options, remembered_options
 
 if TYPE_CHECKING:
     from ..hooks import HookBus
@@ -63,13 +67,18 @@ Setup = Callable[[AgentScope, Agent], Awaitable[None]]
 #: Seconds a teardown waits for the session writer to commit what is left and close its handle
 #: (the writer bounds its final commit by ``CLOSE_TIMEOUT``; a commit in flight may precede it).
 WRITER_CLOSE_TIMEOUT = 2 * CLOSE_TIMEOUT
+_SHARED_RECORDS = 256  # distinct header option records kept for sharing
 
 _log = logging.getLogger("dsh_agent_loop.lifecycle")
 
 
 @final
 class AgentHandle:
-    """Owns one live agent; ``dispose()`` tears it down exactly once."""
+    """Owns one live agent; ``dispose()`` tears it down exactly once.
+
+    It is an async context manager: ``async with handle:`` (or ``async with await
+    rt.agents.create(...) as handle:``) disposes the agent when the block ends, however it ends.
+    """
 
     __slots__ = (
         "_agents",
@@ -90,6 +99,13 @@ class AgentHandle:
     def session_id(self) -> str:
         """The agent's session id."""
         return self.agent.session_id
+
+    async def __aenter__(self) -> AgentHandle:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Dispose the agent (shielded, like ``dispose()``), on an exception or cancel too."""
+        await self.dispose()
 
     async def dispose(self) -> None:
         """Tear the agent down (idempotent; concurrent callers wait for the first).
@@ -213,7 +229,7 @@ class Agents:
         self._shared = (
             shared
             if shared is not None
-            else {"agents": {}, "sessions": {}, "reserved": set(), "running": set()}
+            else {"agents": {}, "sessions": {}, "reserved": set(), "running": set(), "records": {}}
         )
 
     @property
@@ -301,14 +317,20 @@ class Agents:
         }
         if options.cwd is not None:
             header["cwd"] = options.cwd
+        remembered = header_options(options)
+        if remembered:
+            # what a resume without options restores; one shared record per distinct set of
+            # options (thousands of simulated agents share theirs)
+            header[HEADER_OPTIONS] = self._shared_record(freeze(remembered))
         if parent is not None:
             header["parent_session_id"] = parent.session_id
+        frozen = freeze(header)  # one frozen header, shared by the store's record and the session
         with self._reserve(options.id):
-            handle = await self._store.create(header, inherited_events=inherited_events)
+            handle = await self._store.create(frozen, inherited_events=inherited_events)
             seed_data = FrozenDict(inherited=True) if inherited_events else FrozenDict()
 
             def build() -> tuple[Session, int]:
-                session = Session(header, clock=self._services.clock, events=inherited_events)
+                session = Session(frozen, clock=self._services.clock, events=inherited_events)
                 session.add(SESSION_END_SEED, seed_data)
                 return session, -1
 
@@ -325,32 +347,46 @@ class Agents:
     ) -> AgentHandle:
         """Resume a stored session (crash repair included); optionally create it if missing.
 
+        Without ``options`` the agent resumes as it last ran: its id, provider, model, reasoning
+        effort, max tokens, cwd, persona, tools and turn budget come from the log
+        (``agent/remember.py``). Each field set in ``options`` overrides the remembered one.
+
         Raises:
             SessionNotFoundError: absent and not ``create_if_missing``.
             SessionAlreadyOwnedError: another live writer owns it.
+            InvalidOptionError: ``options.id`` is not the session's agent id, or a bad option.
+            AgentAlreadyExistsError: the agent id is live.
         """
-        if options is None:
-            raise TypeError("resume() needs options=AgentOptions(id=...)")
-        options.validate()
+        if options is not None:
+            options.validate()
+        elif create_if_missing:
+            raise TypeError("resume(create_if_missing=True) needs options=AgentOptions(id=...)")
         parent = parent_agent or self._initiator
-        with self._reserve(options.id):
+        with self._reserve(options.id) if options is not None else nullcontext():
             try:
                 handle = await self._store.open(session_id, "write")
             except SessionNotFoundError:
                 if not create_if_missing:
                     raise
-                handle = None
-            if handle is None:
-                pass
             else:
                 return await self._resume_open(handle, options, setup, parent)
+        assert options is not None
         return await self.create(session_id, options, setup, parent)
 
     async def _resume_open(
-        self, handle: WriteHandle, options: AgentOptions, setup: Setup | None, parent: Agent | None
+        self,
+        handle: WriteHandle,
+        options: AgentOptions | None,
+        setup: Setup | None,
+        parent: Agent | None,
     ) -> AgentHandle:
         try:
             stored = await handle.read()
+            resolved = remembered_options(handle.header, stored, options)
+            # Given options reserved their id already; remembered ones learn it from the header.
+            reservation: AbstractContextManager[None] = (
+                nullcontext() if options is not None else self._reserve(resolved.id)
+            )
         except BaseException:
             with trio.CancelScope(shield=True):
                 await handle.abort()
@@ -364,7 +400,8 @@ class Agents:
             session.add(SESSION_END_SEED, FrozenDict())
             return session, len(stored) - 1
 
-        return await self._publish(handle, build, options, setup, parent, "resume")
+        with reservation:
+            return await self._publish(handle, build, resolved, setup, parent, "resume")
 
     def _reserve(self, agent_id: str) -> _Reservation:
         if agent_id in self._live or agent_id in self._shared["reserved"]:
@@ -413,7 +450,7 @@ class Agents:
         self._emit(
             AGENT_SESSION_START, {"agent_id": agent.id, "session_id": session.id, "source": source}
         )
-        if source == "resume" and agent.inbox.next_turn:
+        if source == "resume" and (agent.inbox.next_turn or approvals.ready(agent)):
             agent._wake()  # queued work survives a crash and goes on: the driver starts at once
         # start_soon, not start: the agent is driven by level-triggered flags, so nothing has to
         # wait for its task to be running, and a started-handshake would keep a temporary
@@ -442,6 +479,15 @@ class Agents:
             finally:
                 agent.detach()
                 running.discard(scope)
+
+    def _shared_record(self, record: FrozenDict) -> FrozenDict:
+        records: dict[FrozenDict, FrozenDict] = self._shared["records"]
+        shared = records.get(record)
+        if shared is None:
+            if len(records) >= _SHARED_RECORDS:
+                records.clear()
+            shared = records[record] = record
+        return shared
 
     def cancel_remaining(self) -> None:
         """Cancel every agent task still running (runtime shutdown, after every teardown)."""

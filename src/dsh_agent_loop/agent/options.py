@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import final
 
 import attrs
@@ -9,6 +10,10 @@ import attrs
 from ..errors import InvalidOptionError
 
 __all__ = ["AgentOptions", "TurnBudget"]
+
+
+def _names(names: Iterable[str]) -> frozenset[str]:
+    return frozenset((names,) if isinstance(names, str) else names)  # one name is a set of one
 
 
 @final
@@ -48,6 +53,8 @@ class AgentOptions:
     )
     """Visible tool names; None = every runtime tool (built-in tools only when named)."""
     turn_budget: TurnBudget | None = None
+    require_approval: frozenset[str] = attrs.field(default=frozenset(), converter=_names)
+    """Names of tools whose every call waits for a person's decision (``agent.approve``)."""
 
     def validate(self) -> None:
         """Check option values.

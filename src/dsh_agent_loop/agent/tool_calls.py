@@ -16,6 +16,12 @@ order. On cancel or failure, ``close_remaining`` (synchronous) settles every cal
 ones without a result get ``ABORTED`` (or ``ABORTED_BEFORE_DISPATCH`` if their handler never
 started); calls never dispatched get a ``tool/call`` and ``ABORTED_BEFORE_DISPATCH``.
 
+A call whose tool ``requires_approval`` (or that the agent's options name) is deferred at its
+place in admission order: its ``tool/call`` and a ``tool/approval-requested`` are appended, it
+gets no result in this turn, and the batch flushes them before it returns; the turn then ends
+``awaiting-approval`` (``agent/approvals.py``). ``run_decided`` settles such calls in the
+continuation turn once each is decided.
+
 One call's bad outcome is that call's result, never the batch's or the agent's end: a handler
 raising an ``Exception`` (even one whose ``str()`` fails) is ``TOOL_ERROR``, and a returned value
 the log cannot hold is replaced or escaped by ``tools.results.checked_result``. A
@@ -36,12 +42,13 @@ from ..events import (
     HOOK_TOOLS_POST_EXECUTE,
     HOOK_TOOLS_PRE_EXECUTE,
     HOOK_TOOLS_RESULT,
+    TOOL_APPROVAL_REQUESTED,
     TOOL_CALL,
     TOOL_RESULT,
     make_event,
 )
 from ..session.projections import NEXT_STEP
-from ..session.records import tool_call_data, tool_result_data
+from ..session.records import approval_requested_data, tool_call_data, tool_result_data
 from ..tools.base import (
     ArgumentsError,
     Tool,
@@ -67,6 +74,8 @@ _ERROR_NAMES = {
     "ABORTED": "Aborted",
     "ABORTED_BEFORE_DISPATCH": "AbortedBeforeDispatch",
 }
+#: The result slot of a deferred call: it is skipped by the commits (no result this turn).
+_DEFERRED = ToolResult("")
 
 
 class _Call:
@@ -126,6 +135,9 @@ class ToolBatch:
         self._key_wait: dict[int, trio.Event] = {}
         self.concludes_turn = False
         """True when a committed result asked to end the turn."""
+        self.deferred: tuple[str, ...] = ()
+        """Call ids deferred for approval, in model order."""
+        self._approval = agent.options.require_approval
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -143,6 +155,8 @@ class ToolBatch:
             for call in self._calls:
                 await self._admit(call, nursery)
             await self._start_pending(nursery)
+        if self.deferred:
+            await self._agent.flush()  # the requests are durable before the turn ends
 
     async def _run_single(self, call: _Call) -> None:
         # One call needs no nursery, no pool slot and no completion event: admit, flush, run.
@@ -150,6 +164,8 @@ class ToolBatch:
             self._append_call(call)
             await self._agent.flush()
             await self._execute(call, held_slot=False)
+        elif self.deferred:
+            await self._agent.flush()
 
     async def _admit(self, call: _Call, nursery: trio.Nursery) -> None:
         if not await self._policy(call):
@@ -229,6 +245,33 @@ class ToolBatch:
                     return False
         call.tool = tool
         call.arguments = arguments
+        # a deferred call waits for approval: like a rejected one, it is not dispatched now
+        return not (
+            (tool.requires_approval or self._approval) and self._defer(call, tool, arguments)
+        )
+
+    def _defer(self, call: _Call, tool: Tool, arguments: dict[str, Any]) -> bool:
+        """Defer ``call`` if it needs approval; True when it was deferred.
+
+        A predicate that raises defers the call (a risky call is never run by accident).
+        """
+        rule = tool.requires_approval
+        if rule is not True and tool.name not in self._approval:
+            try:
+                needed = bool(rule(arguments)) if callable(rule) else bool(rule)
+            except Exception:  # fail closed: a risky call never runs by accident
+                needed = True
+            if not needed:
+                return False
+        self._append_call(call)
+        block = call.block
+        data = approval_requested_data(
+            self._turn, self._step, block["call_id"], block["name"], freeze(arguments)
+        )
+        self._session.add(TOOL_APPROVAL_REQUESTED, data)
+        self.deferred += (block["call_id"],)
+        call.finish(_DEFERRED)
+        self._commit_ready()
         return True
 
     def _append_call(self, call: _Call) -> None:
@@ -371,6 +414,8 @@ class ToolBatch:
             data = tool_result_data(self._turn, self._step, call.block, result)
             event = self._session.add(TOOL_RESULT, data, source_event_seqs=(call.call_seq,))
         else:
+            if result is _DEFERRED:
+                return
             assert isinstance(result, ToolResult)
             error = (
                 None if result.error is None else (call.error_name or result.error, result.error)
@@ -413,6 +458,55 @@ class ToolBatch:
             elif call.call_seq is None:
                 self._append_call(call)
             self._commit_ready()  # each synthetic tool/call is followed by its result
+        for call in self._calls:  # deferred, but the turn ends without waiting for a decision
+            if call.result is _DEFERRED:
+                call.finish(
+                    ToolResult(ABORTED_BEFORE_DISPATCH_TEXT, error="ABORTED_BEFORE_DISPATCH"),
+                    "AbortedBeforeDispatch",
+                )
+                self._commit(call)
+
+    # -- approvals (the continuation turn) --------------------------------------------------
+    def preset(
+        self, index: int, call_seq: int, arguments: Mapping[str, Any], denial: str | None
+    ) -> None:
+        """Mark call ``index`` as decided: its ``tool/call`` is stored; a denial is its result."""
+        call = self._calls[index]
+        call.call_seq = call_seq
+        call.arguments = dict(arguments)
+        if denial is not None:
+            call.finish(ToolResult(escape_surrogates(denial), error="DENIED"), "Denied")
+
+    async def run_decided(self, tools: Mapping[str, Tool]) -> None:
+        """Settle the preset calls: denials are committed, approved calls run in model order.
+
+        The decisions are made durable before any approved handler starts.
+        """
+        self._tools = tools
+        self._commit_ready()
+        if self.settled:
+            return
+        await self._agent.flush()
+        for call in self._calls:
+            if call.result is not None:
+                continue
+            name = call.block["name"]
+            tool, arguments = tools.get(name), call.arguments
+            assert arguments is not None
+            try:
+                if tool is None:
+                    raise LookupError(name)
+                tool.validate(arguments)
+            except LookupError:
+                text = escape_surrogates(f"Error: unknown tool {name!r}")
+                call.finish(ToolResult(text, error="UNKNOWN_TOOL"), "UnknownTool")
+            except ArgumentsError as exc:
+                text = escape_surrogates(f"Error: invalid arguments for {name}: {exc}")
+                call.finish(ToolResult(text, error="INVALID_ARGUMENTS"), "InvalidArguments")
+            else:
+                call.tool = tool
+                await self._execute(call, held_slot=False)
+            self._commit_ready()
 
     @property
     def settled(self) -> bool:

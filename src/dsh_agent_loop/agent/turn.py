@@ -33,6 +33,7 @@ from ..llm.base import Failure
 from ..session.projections import NEXT_STEP, NEXT_TURN
 from ..session.records import BLOCKED, COMPLETED, MAX_TOKENS
 from ..tools.results import escape_surrogates
+from . import approvals
 from .attempt import Attempt
 from .prompt import PromptAssembly, render
 from .request import PreStepDecision
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from ..tools.base import Tool
     from .driver import Agent
     from .options import TurnBudget
+    from .output import OutputState
 
 __all__ = ["CLOSE_FLUSH_TIMEOUT", "Turn", "TurnFailed"]
 
@@ -73,13 +75,16 @@ class Turn:
         "agent",
         "assembly",
         "attempt",
+        "awaiting",
         "batch",
         "budget",
         "cancel_cause",
         "cancel_message",
+        "carried",
         "continues",
         "max_tokens",
         "number",
+        "output",
         "pending_users",
         "rendered",
         "schemas",
@@ -126,6 +131,14 @@ class Turn:
         self.tools: dict[str, Tool] = {}
         self.schemas: tuple[FrozenDict, ...] = ()
         self.rendered = ""
+        self.output: OutputState | None = None
+        """Set when the turn must end with a ``final_result`` call (``agent/output.py``)."""
+        self.awaiting: FrozenDict | None = None
+        """The ``turn/end`` reason once a step deferred calls (``agent/approvals.py``)."""
+        self.carried: ToolBatch | None = None
+        """A continuation's decided calls, settled in its first step (``agent/approvals.py``)."""
+        if agent.log.state.approvals is not None:
+            approvals.prepare(self)
 
     def cancel(self, cause: str, message: str | None) -> None:
         """Abort the turn unless its ``turn/end`` is appended; the first cause wins."""
@@ -148,7 +161,11 @@ class Turn:
         if budget is not None and budget.max_seconds is not None:
             scope.deadline = trio.current_time() + budget.max_seconds
         session.add(TURN_START, agent.services.records.turn_data(self.number))
-        claimed = agent.inbox.claim(NEXT_STEP) + agent.inbox.claim(NEXT_TURN, 1)
+        claimed = agent.inbox.claim(NEXT_STEP)
+        if self.carried is None:  # a continuation after approvals takes no next-turn message
+            claimed += agent.inbox.claim(NEXT_TURN, 1)
+        if agent.outputs is not None:  # someone asked for structured output (agent/output.py)
+            self.output = agent.outputs.claim(self.number, claimed, session.inbox)
         ended = False
         reason: Mapping[str, Any] | None = None
         try:
@@ -233,6 +250,8 @@ class Turn:
 
     def close_open_work(self) -> None:
         """Append what keeps the log well formed after a cancel or failure (synchronous)."""
+        if self.carried is not None:
+            approvals.close(self)
         attempt = self.attempt
         if attempt is not None:
             calls = attempt.close()
@@ -272,7 +291,7 @@ class Turn:
             else:
                 decision = _ENTER  # no listener: enter with what the inbox gave
                 users = self.pending_users
-            if step == 1 and not users:
+            if step == 1 and not users and self.carried is None:
                 self.pending_users = ()
                 return COMPLETED
             context = (context_message,) if context_message is not None else ()
@@ -283,6 +302,10 @@ class Turn:
                 raise TurnFailed(
                     "a tool call was cut by the output-token cap", code="TRUNCATED_TOOL_CALL"
                 )
+            if self.awaiting is not None:
+                return self.awaiting  # calls wait for a decision (agent/approvals.py)
+            if self.output is not None and self.output.done:
+                return COMPLETED  # a valid final_result: no further request
             if not self.continues and not pending[NEXT_STEP]:
                 await hooks.serial(HOOK_TURN_STOPPING, {"agent": agent, "turn": self.number})
                 if not pending[NEXT_STEP]:
@@ -303,6 +326,10 @@ class Turn:
             self.tools = {t.name: t for t in assembly.tools}
             self.schemas = tuple(t.schema for t in assembly.tools)
             self.rendered = render(assembly)
+            if self.output is not None:
+                self.tools, self.schemas = self.output.offer(self.tools, self.schemas)
+        if self.carried is not None:  # a continuation: settle the decided calls first
+            await approvals.settle(self)
         message = await self._attempts(decision)
         calls = [b for b in message["content"] if b["type"] == "tool-call"]
         if self.truncated:
@@ -320,8 +347,12 @@ class Turn:
             self.tool_calls += len(calls)
             self.batch = None
             self.continues = not batch.concludes_turn
+            if batch.deferred:
+                self.awaiting = approvals.awaiting_reason(batch.deferred)
         session.add(STEP_END, self.step_data)
         self.step_open = False
+        if self.output is not None and not self.truncated:
+            self.output.after_step(agent, calls)
 
     async def _attempts(self, decision: PreStepDecision) -> FrozenDict:
         """Run attempts until one yields an ``assistant/message``; returns its message."""

@@ -134,6 +134,10 @@ def _loop_rows(result: Mapping[str, Any], targets: Mapping[str, float]) -> Itera
         growth,
         targets.get("w1_growth"),
     )
+    traced = result.get("w1_traced_us_per_step")
+    if traced:  # context only: the same W1 traced to an SDK provider without processors
+        plain = result.get("w1_traced_baseline_us_per_step", w1)
+        yield _time_row("w1_traced", "W1 µs/step with tracing", traced, plain, {}, "µs")
     w2, w2_ref = result["w2_us_per_step"], result["w2_ref_us_per_step"]
     yield _time_row("w2", "W2 µs/step, 8 tools", w2, w2_ref, targets, "µs")
     seq = result.get("w2_ref_sequential_us_per_step")

@@ -7,21 +7,28 @@ stays in the log as an interrupted anchor); a Ctrl-C while idle, or two within
 abandoned on exit. ``/new`` disposes the agent and creates it again on a new session,
 ``/resume ID`` moves it to a stored session, ``/exit`` (or end of input) leaves.
 
+A tool call waiting for approval (``requireApproval``, ``Tool(requires_approval=...)``) is asked
+about with a y/n question, one per call, after the turn that deferred it and after a resume; the
+turn then goes on. End of input leaves the calls pending in the session for a later resume.
+
 Without a config the agent talks to an offline echo model, so the REPL can be tried anywhere.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final
 
+import attrs
 import trio
 from rich.console import Console
 from rich.text import Text
 
+from .._frozen import thaw
 from ..agent.lifecycle import AgentHandle
 from ..config import PLUGIN_NAME, RuntimeConfig, load_config
 from ..errors import AgentLoopError
@@ -95,10 +102,10 @@ class _Chat:
         self.errors.print(Text(text, style="red"), soft_wrap=True)
 
     # -- input and signals -------------------------------------------------------------------
-    async def read_line(self) -> str | None:
+    async def read_line(self, prompt: str = PROMPT) -> str | None:
         """The next input line, or None at end of input."""
         self.renderer.end_line()
-        self.console.print(Text(PROMPT, style="bold green"), end="", soft_wrap=True)
+        self.console.print(Text(prompt, style="bold green"), end="", soft_wrap=True)
         self.console.file.flush()
         line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
         if line and not self.echoed:
@@ -120,12 +127,14 @@ class _Chat:
                 return
 
     # -- turns and commands ------------------------------------------------------------------
-    async def turn(self, text: str) -> None:
+    async def turn(self, text: str | None) -> None:
+        """Run a turn for ``text`` (None: the continuation of decided calls) and its sequels."""
         agent = self.handle.agent
         start = len(agent.session)
         self.busy = True
         try:
-            agent.followup(text)
+            if text is not None:
+                agent.followup(text)
             await agent.wait_idle()
         finally:
             self.busy = False
@@ -137,6 +146,25 @@ class _Chat:
             reason = event.data.get("reason") if event.type == TURN_END else None
             if reason is not None and reason.get("kind") == "aborted":
                 self.say(f"turn {reason_text(reason)}: what was shown is kept in the session")
+        await self.approvals()
+
+    async def approvals(self) -> None:
+        """Ask y/n for each pending tool call; once all are decided the turn goes on."""
+        agent = self.handle.agent
+        pending = agent.pending_approvals()
+        if not pending:
+            return
+        for request in pending:
+            arguments = json.dumps(thaw(request.arguments), ensure_ascii=False)
+            line = await self.read_line(f"allow {request.name} {arguments}? [y/n] ")
+            if line is None:
+                self.say("left undecided: the calls stay pending in the session")
+                return
+            if line.strip().lower() in ("y", "yes"):
+                agent.approve(request.call_id)
+            else:
+                agent.deny(request.call_id, "the user declined")
+        await self.turn(None)
 
     async def command(self, text: str) -> bool:
         """Run a ``/command``; False means leave."""
@@ -177,12 +205,15 @@ class _Chat:
         await self.handle.dispose()
         if session_id is not None:
             try:
-                self.handle = await self.rt.agents.resume(session_id, options=options)
+                # the session belongs to its own agent id; the chat's model choice stays
+                resumed = attrs.evolve(options, id=found.agent_id)  # type: ignore[union-attr]
+                self.handle = await self.rt.agents.resume(session_id, options=resumed)
             except AgentLoopError as exc:
                 self.complain(f"cannot resume {session_id}: {exc}")
             else:
                 count = len(self.handle.agent.session)
                 self.say(f"resumed session {session_id} ({count} events)")
+                await self.approvals()
                 return
         self.handle = await self.rt.agents.create(options=options)
         self.say(f"new session {self.handle.session_id}")
@@ -190,6 +221,7 @@ class _Chat:
     async def repl(self) -> None:
         agent = self.handle.agent
         self.say(f"{agent.id} on session {agent.session_id} — /help for commands")
+        await self.approvals()  # a resumed session may have calls waiting
         while True:
             line = await self.read_line()
             if line is None:

@@ -23,6 +23,7 @@ from ..agent.driver import Agent
 from ..config import RuntimeConfig
 from ..errors import SessionNotFoundError
 from ..events import SESSION_END_SEED, TURN_END, Event
+from ..mcp import McpStartError
 from ..runtime import Runtime, open_runtime
 from ..session.store import SessionStore
 from ..tools.base import Tool
@@ -110,6 +111,9 @@ def report_start_failures(rt: Runtime, errors: Console, url: str | None = None) 
             errors.print(f"session '{session}' not found{where}", soft_wrap=True, markup=False)
             continue
         message = " ".join(str(failure.error).split())
+        if isinstance(failure.error, McpStartError):  # names its server itself
+            errors.print(message, soft_wrap=True, markup=False)
+            continue
         errors.print(
             f"agent {failure.agent_id!r} failed to start: {message}", soft_wrap=True, markup=False
         )

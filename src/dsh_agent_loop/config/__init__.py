@@ -26,6 +26,7 @@ from .providers import TimeoutConfig as TimeoutConfig
 from .settings import DEFAULT_MAX_PARALLEL_TOOL_CALLS as DEFAULT_MAX_PARALLEL_TOOL_CALLS
 from .settings import Settings as Settings
 from .settings import SettingsLayer as SettingsLayer
+from .tracing import OtelConfig as OtelConfig
 
 __all__ = [
     "DEFAULT_MAX_PARALLEL_TOOL_CALLS",
@@ -35,6 +36,7 @@ __all__ = [
     "LoopConfig",
     "ModelConfig",
     "OpenAIProviderConfig",
+    "OtelConfig",
     "ProviderConfig",
     "RuntimeConfig",
     "ScriptedProviderConfig",

@@ -41,8 +41,10 @@ from .agents import (
     resolve_path,
 )
 from .document import FileShape, PluginEntry, RuntimeConfig
+from .mcp import mcp_faults
 from .providers import PROVIDER_CLASSES, PROVIDER_KEYS, ProviderConfig, provider_faults
 from .tools import tool_faults
+from .tracing import OtelConfig
 
 __all__ = ["MAX_CONFIG_DEPTH", "check_nesting", "converter", "from_raw", "structure"]
 
@@ -259,6 +261,21 @@ def _plugin_entry_hook(cl: type, conv: cattrs.Converter) -> Callable[[Any, Any],
     return hook
 
 
+def _otel_hook(cl: type, conv: cattrs.Converter) -> Callable[[Any, Any], OtelConfig]:
+    """``otel: true`` / ``otel: false`` are short for ``{enabled: true}`` / ``{enabled: false}``."""
+    generated = _attrs_structure_hook(cl, conv)
+
+    def hook(value: Any, _: Any) -> OtelConfig:
+        if isinstance(value, bool):
+            return OtelConfig(enabled=value)
+        if not isinstance(value, Mapping):
+            raise Invalid(f"expected a boolean or a mapping, got {kind_name(value)}")
+        record: OtelConfig = generated(value, cl)
+        return record
+
+    return hook
+
+
 def _runtime_config_unstructure_hook(
     cl: type, conv: cattrs.Converter
 ) -> Callable[[RuntimeConfig], dict[str, Any]]:
@@ -267,7 +284,8 @@ def _runtime_config_unstructure_hook(
 
     def hook(config: RuntimeConfig) -> dict[str, Any]:
         plugins = (PluginEntry(PLUGIN_NAME, config.plugin),)
-        out: dict[str, Any] = shape_hook(FileShape(plugins, config.store, config.providers))
+        shape = FileShape(plugins, config.store, config.providers, config.mcp_servers)
+        out: dict[str, Any] = shape_hook(shape)
         return out
 
     return hook
@@ -309,6 +327,7 @@ def _make_converter() -> cattrs.Converter:
     )
     conv.register_structure_hook_func(lambda t: t == ProviderConfig, _provider_hook(conv))
     conv.register_structure_hook_factory(lambda t: t is PluginEntry, _plugin_entry_hook)
+    conv.register_structure_hook_factory(lambda t: t is OtelConfig, _otel_hook)
     conv.register_unstructure_hook_factory(
         lambda t: t is RuntimeConfig, _runtime_config_unstructure_hook
     )
@@ -349,6 +368,7 @@ def _cross_faults(
     if isinstance(providers, Mapping):
         known.update(k for k in providers if isinstance(k, str))
         yield from provider_faults(providers)
+    yield from mcp_faults(raw)
     plugins = raw.get("plugins")
     if not isinstance(plugins, list | tuple):
         return
@@ -431,4 +451,5 @@ def from_raw(
         store=shape.store,
         providers=shape.providers,
         source=label,
+        mcp_servers=shape.mcp_servers,
     )

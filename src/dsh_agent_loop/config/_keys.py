@@ -18,11 +18,15 @@ import attrs
 
 from ._rules import Invalid
 from .agents import AgentEntry, LoopConfig, SettingsLayer, TurnBudget
+from .document import FileShape
 from .providers import PROVIDER_CLASSES, PROVIDER_KEYS
+from .tracing import OtelConfig
 
 __all__ = ["allowed_keys", "camel", "closest_key", "key_names", "respell", "snake", "spelled"]
 
-_CAMEL_CLASSES: Final = frozenset({LoopConfig, AgentEntry, TurnBudget, SettingsLayer})
+_CAMEL_CLASSES: Final = frozenset(
+    {LoopConfig, AgentEntry, TurnBudget, SettingsLayer, OtelConfig, FileShape}
+)
 _UPPER: Final = re.compile(r"(?<=[a-z0-9])([A-Z])")
 
 

@@ -15,6 +15,7 @@ import attrs
 
 from ..agent.options import TurnBudget
 from ._rules import Fault, KeyPath, NonEmptyStr, PositiveInt, PositiveNumber, to_tuple
+from .tracing import OtelConfig
 
 __all__ = [
     "PLUGIN_NAME",
@@ -64,6 +65,8 @@ class AgentEntry:
     """Tool names (built-ins only when named) and ``package.module:attr`` references, whose
     tools only this agent sees; None = every runtime tool."""
     turn_budget: TurnBudget | None = None
+    require_approval: tuple[NonEmptyStr, ...] = attrs.field(default=(), converter=to_tuple)
+    """Names of tools whose every call waits for a person's decision (``requireApproval``)."""
 
 
 @final
@@ -79,6 +82,8 @@ class LoopConfig:
     tools: tuple[NonEmptyStr, ...] = attrs.field(default=(), converter=to_tuple)
     """Runtime tools: built-in names and ``package.module:attr`` references (``config.tools``)."""
     agents: tuple[AgentEntry, ...] = attrs.field(default=(), converter=to_tuple)
+    otel: OtelConfig | None = None
+    """``otel: true`` or ``otel: {captureContent: true}``: trace to the global tracer provider."""
 
 
 @final

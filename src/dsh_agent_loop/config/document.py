@@ -10,6 +10,7 @@ import attrs
 from .._frozen import FrozenDict
 from ._rules import StoreUrl, frozen_map
 from .agents import AgentEntry, LoopConfig
+from .mcp import McpServerConfig
 from .providers import ProviderConfig
 
 __all__ = ["FileShape", "PluginEntry", "RuntimeConfig"]
@@ -25,6 +26,10 @@ class RuntimeConfig:
     providers: Mapping[str, ProviderConfig] = attrs.field(factory=FrozenDict, converter=frozen_map)
     source: str = "<config>"
     """Label used in error messages: the file path, or ``<config>``."""
+    mcp_servers: Mapping[str, McpServerConfig] = attrs.field(
+        factory=FrozenDict, converter=frozen_map
+    )
+    """``mcpServers``: the MCP servers whose tools every agent may call."""
 
     @property
     def agents(self) -> tuple[AgentEntry, ...]:
@@ -44,8 +49,11 @@ class PluginEntry:
 @final
 @attrs.frozen
 class FileShape:
-    """The file as written: ``plugins``, ``store``, ``providers``."""
+    """The file as written: ``plugins``, ``store``, ``providers``, ``mcpServers``."""
 
     plugins: tuple[PluginEntry, ...] = ()
     store: StoreUrl | None = None
     providers: Mapping[str, ProviderConfig] = attrs.field(factory=FrozenDict, converter=frozen_map)
+    mcp_servers: Mapping[str, McpServerConfig] = attrs.field(
+        factory=FrozenDict, converter=frozen_map
+    )

@@ -89,12 +89,14 @@ class ModelError(AgentLoopError):
 @final
 @attrs.frozen(slots=True)
 class Usage:
-    """Token usage of one model call."""
+    """Token usage of one model call, or summed over the calls of a turn (``TurnResult``)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int | None = None
     reasoning_tokens: int | None = None
+    requests: int = 1
+    """Model calls counted (one for an adapter's record; not stored in events)."""
 
     def to_data(self) -> dict[str, int]:
         """JSON form: ``{input_tokens, output_tokens, cache_read_tokens?, reasoning_tokens?}``."""

@@ -109,7 +109,7 @@ class Session:
         clock: Callable[[], float],
         events: Sequence[Event] = (),
     ) -> None:
-        self.header: FrozenDict = freeze(dict(header))
+        self.header: FrozenDict = freeze(header)
         self.id: str = str(header["session_id"])
         self._clock = clock
         self._events: list[Event] = []

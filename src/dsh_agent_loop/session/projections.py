@@ -4,7 +4,8 @@ The inbox fold (SPEC §5) applies ``agent/inbox/spliced`` events at list coordin
 persisted splice whose coordinates are out of range fails with ``invalid persisted inbox
 splice at session seq N``. The loop-state fold tracks what the driver and crash repair need
 from the log alone (turn and step numbers, open turn/step, the latest request header and
-context, the runtime-context text, the message-id counter). All sans-I/O.
+context, the runtime-context text, the message-id counter, and the counters that
+``statistics()`` reports: steps, tool calls and token totals). All sans-I/O.
 
 A queue of follow-ups can hold tens of thousands of messages, so the common splices cost
 O(1) amortised per message, never O(queue length): appending is a list append; claiming from
@@ -29,6 +30,8 @@ from ..events import (
     REQUEST_HEADER,
     STEP_END,
     STEP_START,
+    TOOL_APPROVAL,
+    TOOL_APPROVAL_REQUESTED,
     TURN_END,
     TURN_START,
     USER_MESSAGE,
@@ -37,8 +40,10 @@ from ..events import (
 from .history import message_text
 
 __all__ = [
+    "AWAITING_APPROVAL",
     "NEXT_STEP",
     "NEXT_TURN",
+    "ApprovalState",
     "InboxProjection",
     "InvalidSpliceError",
     "LoopState",
@@ -239,16 +244,28 @@ class InboxProjection:
 
 @final
 class LoopState:
-    """What the driver derives from the log: turns, steps, request records, context text."""
+    """What the driver derives from the log: turns, steps, request records, context text.
+
+    It also counts what ``statistics()`` reports (``counters``): an int increment per
+    ``step/start``, per tool call of an assistant message (each gets its one ``tool/call``) and
+    per usage kind of an ``assistant/message``.
+    """
 
     __slots__ = (
+        "approvals",
+        "cache_read_tokens",
         "call_ids",
         "context",
         "header",
+        "input_tokens",
         "open_step",
         "open_turn",
+        "output_tokens",
+        "reasoning_tokens",
         "runtime_context",
         "step",
+        "steps",
+        "tool_calls",
         "turn",
     )
 
@@ -262,6 +279,8 @@ class LoopState:
             REQUEST_CONTEXT,
             USER_MESSAGE,
             ASSISTANT_MESSAGE,
+            TOOL_APPROVAL_REQUESTED,
+            TOOL_APPROVAL,
         }
     )
 
@@ -276,8 +295,39 @@ class LoopState:
         """The latest ``request/context`` data."""
         self.runtime_context: str | None = None
         """Text of the latest runtime-context ``user/message``."""
+        self.approvals: ApprovalState | None = None
+        """Tool calls awaiting a decision (made on the first approval event)."""
         self.call_ids: set[str] | None = None
         """Tool-call ids of every assistant message (made on the first call)."""
+        self.steps = 0
+        """``step/start`` events folded."""
+        self.tool_calls = 0
+        """Tool calls of assistant messages folded (executed or not: one ``tool/call`` each)."""
+        self.input_tokens = 0
+        """Sum of the ``usage`` recorded on assistant messages, by kind (four counters)."""
+        self.output_tokens = 0
+        self.cache_read_tokens = 0
+        self.reasoning_tokens = 0
+
+    def counters(self) -> tuple[int, int, int, int, int, int]:
+        """``(steps, tool_calls, input, output, cache-read, reasoning tokens)`` so far."""
+        return (
+            self.steps,
+            self.tool_calls,
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_tokens,
+            self.reasoning_tokens,
+        )
+
+    def _note_message(self, data: FrozenDict) -> None:
+        self._note_calls(data["message"]["content"])
+        usage = data.get("usage")
+        if usage is not None:
+            self.input_tokens += usage.get("input_tokens", 0)
+            self.output_tokens += usage.get("output_tokens", 0)
+            self.cache_read_tokens += usage.get("cache_read_tokens", 0)
+            self.reasoning_tokens += usage.get("reasoning_tokens", 0)
 
     def _note_calls(self, content: tuple[FrozenDict, ...]) -> None:
         for block in content:
@@ -285,6 +335,7 @@ class LoopState:
                 if self.call_ids is None:
                     self.call_ids = set()
                 self.call_ids.add(block["call_id"])
+                self.tool_calls += 1
 
     def fold(self, event: Event) -> None:
         """Fold one event."""
@@ -293,22 +344,98 @@ class LoopState:
         if t == STEP_START:
             self.step = data["step"]
             self.open_step = True
+            self.steps += 1
         elif t == STEP_END:
             self.open_step = False
-        elif t == TURN_START:
-            self.turn = data["turn"]
-            self.open_turn = True
-            self.step = 0
-        elif t == TURN_END:
-            self.open_turn = False
-            self.open_step = False
+        elif t in (TURN_START, TURN_END):
+            self._turn_boundary(event)
         elif t == REQUEST_HEADER:
             self.header = data["header"]
         elif t == REQUEST_CONTEXT:
             self.context = data
         elif t == ASSISTANT_MESSAGE:
-            self._note_calls(data["message"]["content"])
+            self._note_message(data)
         elif t == USER_MESSAGE:
             message = data["message"]
             if message.get("source") == RUNTIME_CONTEXT_SOURCE:
                 self.runtime_context = message_text(message)
+        elif t in (TOOL_APPROVAL_REQUESTED, TOOL_APPROVAL):
+            if self.approvals is None:
+                self.approvals = ApprovalState()
+            self.approvals.fold(event)
+
+    def _turn_boundary(self, event: Event) -> None:
+        if event.type == TURN_START:
+            self.turn = event.data["turn"]
+            self.open_turn = True
+            self.step = 0
+        else:
+            self.open_turn = False
+            self.open_step = False
+        if self.approvals is not None:
+            self.approvals.fold(event)
+
+
+AWAITING_APPROVAL: Final = "awaiting-approval"
+"""The ``turn/end`` reason kind of a turn that left tool calls waiting for a decision."""
+
+
+@final
+class ApprovalState:
+    """Tool calls waiting for a person's decision, rebuilt from the log (durable approval).
+
+    A ``tool/approval-requested`` made in a turn becomes pending when that turn ends
+    ``awaiting-approval``; a turn that ends any other way gave its deferred calls results
+    itself, so their requests are dropped. ``tool/approval`` records a decision on a pending
+    call. The next ``turn/start`` is the continuation that settles every decided call (the
+    driver starts no other turn while calls are pending), so it clears the set.
+    """
+
+    __slots__ = ("awaiting", "decisions", "requested")
+
+    types = frozenset({TOOL_APPROVAL_REQUESTED, TOOL_APPROVAL, TURN_START, TURN_END})
+
+    def __init__(self) -> None:
+        self.requested: dict[str, Event] = {}
+        """``tool/approval-requested`` events by call id, in model order."""
+        self.decisions: dict[str, FrozenDict] = {}
+        """``tool/approval`` data by call id."""
+        self.awaiting = False
+        """True between a ``turn/end {kind: awaiting-approval}`` and the next ``turn/start``."""
+
+    def fold(self, event: Event) -> None:
+        """Fold one event."""
+        t = event.type
+        data = event.data
+        if t == TOOL_APPROVAL_REQUESTED:
+            self.requested[data["call_id"]] = event
+        elif t == TOOL_APPROVAL:
+            if data["call_id"] in self.requested:
+                self.decisions[data["call_id"]] = data
+        elif t == TURN_END:
+            reason = data["reason"]
+            if reason["kind"] == AWAITING_APPROVAL:
+                ids = reason.get("call_ids", ())
+                self.requested = {k: v for k, v in self.requested.items() if k in ids}
+                self.awaiting = bool(self.requested)
+            else:
+                self.clear()
+        elif t == TURN_START:
+            self.clear()
+
+    def clear(self) -> None:
+        """Forget every request and decision."""
+        self.requested = {}
+        self.decisions = {}
+        self.awaiting = False
+
+    def pending(self) -> list[Event]:
+        """Requests still waiting for a decision, in model order."""
+        if not self.awaiting:
+            return []
+        return [d for k, d in self.requested.items() if k not in self.decisions]
+
+    @property
+    def ready(self) -> bool:
+        """True when calls await the continuation and every one is decided."""
+        return self.awaiting and len(self.decisions) == len(self.requested)

@@ -19,6 +19,8 @@ __all__ = [
     "MAX_TOKENS",
     "RecordCache",
     "abandoned_attempt_data",
+    "approval_data",
+    "approval_requested_data",
     "assistant_message_data",
     "attempt_failure_data",
     "interrupted_message_data",
@@ -154,4 +156,26 @@ def tool_result_data(
         data["error"] = FrozenDict(name=error[0], code=error[1])
     if meta is not None:
         data["meta"] = meta
+    return FrozenDict(data)
+
+
+def approval_requested_data(
+    turn: int, step: int, call_id: str, name: str, arguments: FrozenDict
+) -> FrozenDict:
+    """``tool/approval-requested`` data: the deferred call and its parsed arguments."""
+    return FrozenDict(turn=turn, step=step, call_id=call_id, name=name, arguments=arguments)
+
+
+def approval_data(
+    call_id: str, approved: bool, message: str | None = None, cause: str | None = None
+) -> FrozenDict:
+    """``tool/approval`` data: ``{call_id, decision: approve|deny, message?, cause?}``.
+
+    ``cause`` marks a denial made by ``cancel()``: the continuation then ends ``aborted``.
+    """
+    data: dict[str, Any] = {"call_id": call_id, "decision": "approve" if approved else "deny"}
+    if message is not None:
+        data["message"] = message
+    if cause is not None:
+        data["cause"] = cause
     return FrozenDict(data)

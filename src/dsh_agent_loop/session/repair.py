@@ -7,6 +7,13 @@ effects should be verified, never assumed absent), or a synthetic ``tool/call`` 
 ``TOOL_NOT_STARTED`` when none is (so every result cites a call). Then ``step/end`` if a step is
 open, then ``turn/end {kind: interrupted}``. A log without an open turn needs nothing, so
 repairing twice gives the same log as repairing once. Sans-I/O.
+
+Durable approval (``agent/approvals.py``): a call of the open turn with a stored
+``tool/approval-requested`` never ran, and a person may still decide it, so repair leaves it
+alone and ends the turn ``{kind: awaiting-approval, call_ids}`` instead; it stays pending after
+the resume. When the open turn is the continuation of such a turn, the calls it was settling
+and did not answer get their result first: ``DENIED`` (with the message) for a denied one, which
+never runs, and ``TOOL_OUTCOME_UNKNOWN`` for an approved one, which may have run.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from ..events import (
     ASSISTANT_MESSAGE,
     STEP_END,
     STEP_START,
+    TOOL_APPROVAL,
+    TOOL_APPROVAL_REQUESTED,
     TOOL_CALL,
     TOOL_RESULT,
     TURN_END,
@@ -50,15 +59,18 @@ def _open_turn(events: Sequence[Event]) -> int | None:
 
 def _scan(
     events: Sequence[Event],
-) -> tuple[int | None, list[tuple[int, FrozenDict]], dict[str, int], set[str]]:
-    """Open step, model calls (step, block) in order, tool/call seqs, answered call ids."""
+) -> tuple[int | None, list[tuple[int, FrozenDict]], dict[str, int], set[str], list[str]]:
+    """Open step, model calls (step, block), tool/call seqs, answered and deferred call ids."""
     open_step: int | None = None
     calls: list[tuple[int, FrozenDict]] = []
     call_seqs: dict[str, int] = {}
     answered: set[str] = set()
+    deferred: list[str] = []
     for event in events:
         t, data = event.type, event.data
-        if t == STEP_START:
+        if t == TOOL_APPROVAL_REQUESTED:
+            deferred.append(data["call_id"])
+        elif t == STEP_START:
             open_step = data["step"]
         elif t == STEP_END:
             open_step = None
@@ -69,7 +81,32 @@ def _scan(
             call_seqs[data["call_id"]] = event.seq  # type: ignore[assignment]
         elif t == TOOL_RESULT:
             answered.add(data["message"]["call_id"])
-    return open_step, calls, call_seqs, answered
+    return open_step, calls, call_seqs, answered, deferred
+
+
+def _carried(events: Sequence[Event], start: int) -> list[tuple[Event, FrozenDict | None]]:
+    """The calls the turn opened at ``start`` continues: (its ``tool/call``, its decision)."""
+    end = start - 1
+    while end >= 0 and events[end].type != TURN_END:
+        end -= 1
+    if end < 0:
+        return []
+    reason = events[end].data["reason"]
+    if reason["kind"] != "awaiting-approval":
+        return []
+    ids = set(reason.get("call_ids", ()))
+    calls: dict[str, Event] = {}
+    decisions: dict[str, FrozenDict] = {}
+    for i in range(end - 1, -1, -1):
+        if events[i].type == TURN_START:
+            break
+        if events[i].type == TOOL_CALL and events[i].data["call_id"] in ids:
+            calls[events[i].data["call_id"]] = events[i]
+    for event in events[end:start]:
+        if event.type == TOOL_APPROVAL:
+            decisions[event.data["call_id"]] = event.data
+    ordered = sorted(calls.values(), key=lambda e: e.seq or 0)
+    return [(e, decisions.get(e.data["call_id"])) for e in ordered]
 
 
 def repair_events(events: Sequence[Event], now: float) -> list[Event]:
@@ -78,7 +115,7 @@ def repair_events(events: Sequence[Event], now: float) -> list[Event]:
     if start is None:
         return []
     turn = events[start].data["turn"]
-    open_step, calls, call_seqs, answered = _scan(events[start:])
+    open_step, calls, call_seqs, answered, deferred = _scan(events[start:])
     out: list[Event] = []
 
     def add(type_: str, data: FrozenDict, cites: tuple[int, ...] | None = None) -> int:
@@ -86,9 +123,22 @@ def repair_events(events: Sequence[Event], now: float) -> list[Event]:
         out.append(make_event(type_, seq, now, data, None, cites))
         return seq
 
+    for call, decision in _carried(events, start):
+        if call.data["call_id"] in answered:
+            continue
+        block, step = call.data, open_step or 1
+        if decision is not None and decision["decision"] != "approve":
+            message = decision.get("message")
+            text = f"Error: tool call denied: {message}" if message else "Error: tool call denied"
+            data = tool_result_data(turn, step, block, text, error=("Denied", "DENIED"))
+        else:
+            error = ("OutcomeUnknown", "TOOL_OUTCOME_UNKNOWN")
+            data = tool_result_data(turn, step, block, OUTCOME_UNKNOWN_TEXT, error=error)
+        add(TOOL_RESULT, data, (call.seq,))  # type: ignore[arg-type]
+    waiting = [c for c in deferred if c not in answered and c in call_seqs]
     for step, block in calls:
         call_id = block["call_id"]
-        if call_id in answered:
+        if call_id in answered or call_id in waiting:
             continue
         answered.add(call_id)
         if call_id in call_seqs:
@@ -102,5 +152,9 @@ def repair_events(events: Sequence[Event], now: float) -> list[Event]:
         add(TOOL_RESULT, data, (call_seq,))
     if open_step is not None:
         add(STEP_END, FrozenDict(turn=turn, step=open_step))
-    add(TURN_END, FrozenDict(turn=turn, reason=FrozenDict(kind="interrupted")))
+    if waiting:
+        reason = FrozenDict(kind="awaiting-approval", call_ids=tuple(waiting))
+    else:
+        reason = FrozenDict(kind="interrupted")
+    add(TURN_END, FrozenDict(turn=turn, reason=reason))
     return out

@@ -280,7 +280,7 @@ class JsonlStore:
             SessionAlreadyExistsError: the file holds stored events.
             SessionAlreadyOwnedError: a live writer holds the (not yet flushed) file.
         """
-        frozen = freeze(dict(header))
+        frozen = freeze(header)
         sid = str(frozen["session_id"])
         path = self._path(sid)
         fd, size = await self._files.run(partial(sync.create, path, sid, frozen), sid)

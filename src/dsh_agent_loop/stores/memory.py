@@ -187,7 +187,7 @@ class MemoryStore:
                     f"session {sid!r} is owned by another writer in this process",
                     owner="this process",
                 )
-        record = _Stored(header=freeze(dict(header)))
+        record = _Stored(header=freeze(header))
         self._sessions[sid] = record
         handle = _MemoryWriteHandle(self._state, record)
         record.owner = handle

@@ -257,7 +257,7 @@ class PostgresStore:
             SessionAlreadyExistsError: the id has stored events.
             SessionAlreadyOwnedError: a live lease holds the (not yet flushed) id.
         """
-        frozen = freeze(dict(header))
+        frozen = freeze(header)
         sid, claim = str(frozen["session_id"]), self._claim()
         epoch, _, _ = await self._pool.run_again(
             partial(pg.acquire, sid=sid, claim=claim, header=frozen), sid=sid

@@ -3,7 +3,9 @@
 A tool is a name, a description, a JSON-schema for its arguments (derived from the function's
 type hints when omitted), an async handler and an execution mode: ``parallel`` calls share the
 step's bounded pool, ``exclusive`` calls run alone and are ordering barriers. Optional
-``concurrency_key(args)`` serialises calls with equal keys while others overlap.
+``concurrency_key(args)`` serialises calls with equal keys while others overlap, and
+``requires_approval`` (``True`` or a predicate of the arguments) defers a call until a person
+approves or denies it (``agent/approvals.py``).
 
 Arguments are parsed and validated before dispatch (schemas compiled once with fastjsonschema);
 the outcome of a rejected call is an error result the model can read, never an exception.
@@ -97,6 +99,7 @@ def make_context(
 
 
 Handler = Callable[[Mapping[str, Any], ToolContext], Awaitable["ToolResult | str"]]
+ApprovalRule = bool | Callable[[Mapping[str, Any]], bool]
 
 
 @final
@@ -136,6 +139,8 @@ class Tool:
     execution_mode: ExecutionMode = "parallel"
     concurrency_key: Callable[[Mapping[str, Any]], Any] | None = None
     """Calls whose keys are equal (and not None) run one at a time, in model order."""
+    requires_approval: ApprovalRule = False
+    """``True``, or ``predicate(arguments) -> bool``: the call waits for ``agent.approve``."""
     _schema_fn: Callable[[Any], Any] | None = attrs.field(default=None, init=False, repr=False)
     _wire: FrozenDict | None = attrs.field(default=None, init=False, repr=False)
 
@@ -283,6 +288,7 @@ def _from_function(
     parameters: Mapping[str, Any] | None,
     execution_mode: ExecutionMode,
     concurrency_key: Callable[[Mapping[str, Any]], Any] | None,
+    requires_approval: ApprovalRule = False,
 ) -> Tool:
     if not inspect.iscoroutinefunction(fn):
         raise TypeError(f"tool function {getattr(fn, '__name__', fn)!r} must be `async def`")
@@ -311,6 +317,7 @@ def _from_function(
         handler=handler,
         execution_mode=execution_mode,
         concurrency_key=concurrency_key,
+        requires_approval=requires_approval,
     )
 
 
@@ -324,6 +331,7 @@ def tool(
     parameters: Mapping[str, Any] | None = None,
     execution_mode: ExecutionMode = "parallel",
     concurrency_key: Callable[[Mapping[str, Any]], Any] | None = None,
+    requires_approval: ApprovalRule = False,
 ) -> Callable[[Callable[..., Awaitable[Any]]], Tool]: ...
 def tool(
     fn: Callable[..., Awaitable[Any]] | None = None,
@@ -334,11 +342,14 @@ def tool(
     parameters: Mapping[str, Any] | None = None,
     execution_mode: ExecutionMode = "parallel",
     concurrency_key: Callable[[Mapping[str, Any]], Any] | None = None,
+    requires_approval: ApprovalRule = False,
 ) -> Tool | Callable[[Callable[..., Awaitable[Any]]], Tool]:
     """Make a ``Tool`` from an async function; name and description come from the function.
 
     Use bare (``@tool``) or with options (``@tool(execution_mode="exclusive")``). A parameter
-    annotated ``ToolContext`` receives the call's context and is not part of the schema. A
+    annotated ``ToolContext`` receives the call's context and is not part of the schema.
+    ``requires_approval=True`` (or a predicate of the arguments) makes each call wait for a
+    person's decision (``agent.approve`` / ``agent.deny``). A
     non-string, non-``ToolResult`` return value is sent to the model as JSON; one that JSON
     cannot hold (bytes, a set, an object, NaN) is the call's ``TOOL_ERROR``.
     """
@@ -351,6 +362,7 @@ def tool(
             parameters=parameters,
             execution_mode=execution_mode,
             concurrency_key=concurrency_key,
+            requires_approval=requires_approval,
         )
 
     return wrap(fn) if fn is not None else wrap

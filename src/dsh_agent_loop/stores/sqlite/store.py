@@ -133,7 +133,7 @@ class SqliteStore:
             SessionAlreadyExistsError: the id has stored events.
             SessionAlreadyOwnedError: a live writer holds the (not yet flushed) id.
         """
-        frozen = freeze(dict(header))
+        frozen = freeze(header)
         sid = str(frozen["session_id"])
         me, token = await self._whoami(), secrets.token_hex(16)
         acquire = partial(sql.acquire, sid=sid, me=me, token=token, header=frozen)

@@ -1,0 +1,252 @@
+"""Durable tool approval: calls that wait for a person's decision, across restarts (issue 12 §6).
+
+A call whose tool ``requires_approval`` is deferred by its ``ToolBatch``: its ``tool/call`` and a
+``tool/approval-requested`` are stored (flushed), the other calls of the step run as usual, and
+the turn ends ``{kind: awaiting-approval, call_ids}``. From then on the calls are *pending*:
+``ApprovalState`` (``session/projections.py``) rebuilds them from the log, so a resumed agent
+has them too, crash repair leaves them alone and ``invariants.check`` accepts them.
+
+The rule that keeps every request valid: no message may come between a tool call and its
+result. So while any call is pending the driver starts no turn (``Agent.has_work`` is False and
+next-turn work waits in the inbox). Each decision is a durable ``tool/approval``; once every
+pending call is decided, the driver starts the *continuation*: a turn that claims next-step
+messages only, and whose first step settles the decided calls in model order (denied ones get a
+``DENIED`` result carrying the message, approved ones run after the decisions are flushed) before
+it asks the model. ``cancel()`` denies every pending call ("cancelled", with its cause), and a
+continuation whose decisions came from a cancel ends ``aborted`` without asking the model.
+Disposal decides nothing: the calls stay pending for the next resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final, final
+
+import attrs
+import trio
+
+from .._frozen import FrozenDict
+from ..errors import AgentClosedError
+from ..events import TOOL_APPROVAL, TOOL_CALL, TOOL_RESULT, TURN_END, TURN_START
+from ..session.projections import AWAITING_APPROVAL
+from ..session.records import approval_data
+from .tool_calls import ToolBatch
+
+if TYPE_CHECKING:
+    from .driver import Agent
+    from .results import TurnResult
+    from .turn import Turn
+
+__all__ = [
+    "CANCELLED_MESSAGE",
+    "ApprovalRequest",
+    "awaiting_reason",
+    "cancel_pending",
+    "decide",
+    "pending",
+    "prepare",
+    "ready",
+    "resolve",
+    "settle",
+]
+
+#: The message of the denials ``cancel()`` makes.
+CANCELLED_MESSAGE: Final = "cancelled"
+
+
+@final
+@attrs.frozen
+class ApprovalRequest:
+    """A tool call waiting for ``agent.approve(call_id)`` or ``agent.deny(call_id)``."""
+
+    call_id: str
+    name: str
+    arguments: Mapping[str, Any]
+    """The parsed arguments the call will run with once approved."""
+    turn: int
+    """The turn that asked (it ended ``awaiting-approval``)."""
+    step: int
+
+
+def pending(agent: Agent) -> tuple[ApprovalRequest, ...]:
+    """The calls of ``agent`` still waiting for a decision, in model order."""
+    state = agent.log.state.approvals
+    if state is None:
+        return ()
+    return tuple(
+        ApprovalRequest(
+            call_id=d["call_id"],
+            name=d["name"],
+            arguments=d["arguments"],
+            turn=d["turn"],
+            step=d["step"],
+        )
+        for d in (e.data for e in state.pending())
+    )
+
+
+def ready(agent: Agent) -> bool:
+    """True when decided calls wait for their continuation turn (a resume must wake)."""
+    state = agent.log.state.approvals
+    return state is not None and state.ready
+
+
+def decide(
+    agent: Agent, call_id: str, approved: bool, message: str | None = None, cause: str | None = None
+) -> bool:
+    """Append the durable ``tool/approval`` of one pending call; True when all are decided.
+
+    Raises:
+        AgentClosedError: the agent is disposed (its calls stay pending for the next resume).
+        ValueError: ``call_id`` names no pending call.
+    """
+    if agent.closed:
+        raise AgentClosedError(f"agent {agent.id!r} is disposed; resume it to decide its calls")
+    state = agent.log.state.approvals
+    if state is None or not any(e.data["call_id"] == call_id for e in state.pending()):
+        raise ValueError(f"no pending approval for tool call {call_id!r}")
+    if message is not None and not isinstance(message, str):
+        raise TypeError("a denial message must be a string")
+    agent.log.add(TOOL_APPROVAL, approval_data(call_id, approved, message, cause))
+    return state.ready
+
+
+def cancel_pending(agent: Agent, cause: str) -> bool:
+    """Deny every pending call (``cancel()``); True when a continuation is now due."""
+    state = agent.log.state.approvals
+    if state is None or not state.awaiting or agent.closed:
+        return False
+    for event in state.pending():
+        agent.log.add(
+            TOOL_APPROVAL, approval_data(event.data["call_id"], False, CANCELLED_MESSAGE, cause)
+        )
+    return state.ready
+
+
+def awaiting_reason(call_ids: tuple[str, ...]) -> FrozenDict:
+    """The ``turn/end`` reason of a turn that deferred ``call_ids``."""
+    return FrozenDict(kind=AWAITING_APPROVAL, call_ids=call_ids)
+
+
+def prepare(turn: Turn) -> None:
+    """Give a continuation turn its decided calls (``turn.carried``); else do nothing.
+
+    Called before ``turn/start`` (which clears the approval state): the batch holds what the
+    continuation needs. A decision made by ``cancel()`` cancels the turn before it starts.
+    """
+    agent = turn.agent
+    state = agent.log.state.approvals
+    if state is None or not state.ready:
+        return
+    events = list(state.requested.values())
+    blocks = [FrozenDict(call_id=e.data["call_id"], name=e.data["name"]) for e in events]
+    batch = ToolBatch(agent, {}, blocks, turn.number, 1)
+    cause: str | None = None
+    for index, event in enumerate(events):
+        decision = state.decisions[event.data["call_id"]]
+        denial: str | None = None
+        if decision["decision"] != "approve":
+            message = decision.get("message")
+            denial = f"Error: tool call denied: {message}" if message else "Error: tool call denied"
+            cause = cause or decision.get("cause")
+        batch.preset(index, _call_seq(agent, event.seq), event.data["arguments"], denial)
+    turn.carried = batch
+    if cause is not None:
+        turn.cancel(cause, None)
+
+
+def _call_seq(agent: Agent, request_seq: int | None) -> int:
+    """The seq of the ``tool/call`` a request follows (the batch appends them together)."""
+    assert request_seq is not None
+    call_id = agent.log.event(request_seq).data["call_id"]
+    for seq in range(request_seq - 1, -1, -1):
+        event = agent.log.event(seq)
+        if event.type == TOOL_CALL and event.data["call_id"] == call_id:
+            return seq
+    raise AssertionError(f"tool/approval-requested at seq {request_seq} follows no tool/call")
+
+
+async def settle(turn: Turn) -> None:
+    """Settle the continuation's decided calls, in the first step, before the model is asked."""
+    batch = turn.carried
+    assert batch is not None
+    await batch.run_decided(turn.tools)
+    await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled continuation asks no model
+    turn.carried = None
+
+
+def close(turn: Turn) -> None:
+    """Closer: give every decided call of an unfinished continuation its result."""
+    batch = turn.carried
+    if batch is not None:
+        batch.close_remaining()
+        turn.carried = None
+
+
+async def resolve(agent: Agent, decisions: Mapping[str, bool | str]) -> TurnResult:
+    """Decide pending calls (``True`` approves, a string denies with it as the message).
+
+    Returns the ``TurnResult`` of the continuation turn once its ``turn/end`` is stored (work
+    queued behind it may still run). A cancelled caller leaves the decisions made: they are
+    durable, and the continuation runs anyway.
+
+    Raises:
+        ValueError: a call id names no pending call, or a decision is neither True nor a string
+            (nothing is decided then), or calls would still be pending after these decisions.
+        TurnError: the continuation ended ``error``, ``blocked`` or ``aborted``.
+    """
+    from .results import build_result, turn_error
+
+    waiting = {r.call_id for r in pending(agent)}
+    for call_id, decision in decisions.items():
+        if call_id not in waiting:
+            raise ValueError(f"no pending approval for tool call {call_id!r}")
+        if decision is not True and not isinstance(decision, str):
+            raise ValueError(f"decide {call_id!r} with True or a denial message, not {decision!r}")
+    if waiting - set(decisions):
+        left = ", ".join(sorted(waiting - set(decisions)))
+        raise ValueError(f"calls still pending after these decisions: {left}")
+    number = agent.log.state.turn + 1  # no turn is open while calls are pending
+    async with agent.subscribe(types=(TURN_END,)) as ends, trio.open_nursery() as nursery:
+
+        async def until_idle() -> None:
+            await agent.wait_idle()  # the continuation never ran (the agent was disposed)
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(until_idle)
+        for call_id, decision in decisions.items():
+            if decision is True:
+                agent.approve(call_id)
+            else:
+                agent.deny(call_id, str(decision))
+        async for end in ends:  # committed: the continuation's turn/end is durable
+            if end.data["turn"] == number:
+                break
+        nursery.cancel_scope.cancel()
+    events = _turn_events(agent, number)
+    # The settled calls' tool/call events are in the turn that deferred them: the result lists
+    # them as this turn's calls (build_result reads calls from tool/call events).
+    own = {e.data["call_id"] for e in events if e.type == TOOL_CALL}
+    earlier = [
+        agent.log.event(e.source_event_seqs[0])
+        for e in events
+        if e.type == TOOL_RESULT and e.source_event_seqs and e.data["message"]["call_id"] not in own
+    ]
+    events = [events[0], *earlier, *events[1:]]
+    result = build_result(events, pending_approvals=pending(agent))
+    error = turn_error(result)
+    if error is not None:
+        raise error
+    return result
+
+
+def _turn_events(agent: Agent, number: int) -> list[Any]:
+    """The events of turn ``number``, ``turn/start`` through ``turn/end``."""
+    events = agent.log.events
+    for i in range(len(events) - 1, -1, -1):
+        if events[i].type == TURN_START and events[i].data["turn"] == number:
+            for j in range(i, len(events)):
+                if events[j].type == TURN_END:
+                    return events[i : j + 1]
+            break
+    raise AgentClosedError(f"agent {agent.id!r} stopped before its turn {number} ended")

@@ -1,0 +1,79 @@
+"""The ``mcpServers`` section: one record per MCP server, launched (stdio) or reached (HTTP).
+
+The shape is the one users already write for other agent tools: ``{name: {command, args, env,
+cwd}}`` starts a process speaking MCP on stdio, ``{name: {url, headers}}`` reaches a streamable
+HTTP endpoint. One record holds both so that a key of the other transport is named as such (a
+``url`` beside a ``command`` is a fault here, not an unknown key). Nothing here imports the MCP
+SDK: the runtime turns these records into ``McpServer`` specs (``dsh_agent_loop.mcp``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any, Final, Literal, final
+
+import attrs
+
+from .._frozen import FrozenDict
+from ._rules import Fault, NonEmptyStr, frozen_map, to_tuple
+
+__all__ = ["McpServerConfig", "McpToolConfig", "mcp_faults"]
+
+#: Server names become tool-name prefixes, which providers restrict to this alphabet.
+_NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@final
+@attrs.frozen
+class McpToolConfig:
+    """Per-tool overrides of one server's tool (by the server's own tool name)."""
+
+    execution_mode: Literal["parallel", "exclusive"] | None = None
+    """None: ``parallel`` when the server marks the tool ``readOnlyHint``, else ``exclusive``."""
+
+
+@final
+@attrs.frozen
+class McpServerConfig:
+    """One entry of ``mcpServers``: exactly one of ``command`` (stdio) or ``url`` (HTTP)."""
+
+    command: NonEmptyStr | None = None
+    args: tuple[str, ...] = attrs.field(default=(), converter=to_tuple)
+    env: Mapping[str, str] = attrs.field(factory=FrozenDict, converter=frozen_map)
+    cwd: NonEmptyStr | None = None
+    url: NonEmptyStr | None = None
+    headers: Mapping[str, str] = attrs.field(factory=FrozenDict, converter=frozen_map)
+    prefix: str | None = None
+    """Tool names are ``<prefix><tool>``; None: ``<server name>__``."""
+    tools: Mapping[str, McpToolConfig] = attrs.field(factory=FrozenDict, converter=frozen_map)
+
+
+_STDIO_KEYS: Final = ("command", "args", "env", "cwd")
+_HTTP_KEYS: Final = ("url", "headers")
+
+
+def mcp_faults(raw: Mapping[Any, Any]) -> Iterator[Fault]:
+    """Cross-key rules of ``mcpServers`` on the raw tree (bad shapes are left to structuring)."""
+    key = "mcp_servers" if "mcp_servers" in raw else "mcpServers"
+    section = raw.get(key)
+    if not isinstance(section, Mapping):
+        return
+    for name, entry in section.items():
+        if not isinstance(name, str) or not isinstance(entry, Mapping):
+            continue
+        path = (key, name)
+        if not _NAME.match(name):
+            yield path, "a server name is 1 to 64 letters, digits, '_' or '-'"
+        has_command = entry.get("command") is not None
+        has_url = entry.get("url") is not None
+        if has_command and has_url:
+            yield (*path, "url"), "give either 'command' (stdio) or 'url' (HTTP), not both"
+        elif not has_command and not has_url:
+            yield path, "required key missing: 'command' (stdio) or 'url' (HTTP)"
+        elif has_command:
+            yield from (((*path, k), "only valid with 'url'") for k in _HTTP_KEYS if k in entry)
+        else:
+            yield from (
+                ((*path, k), "only valid with 'command'") for k in _STDIO_KEYS if k in entry
+            )

@@ -1,0 +1,412 @@
+"""OpenTelemetry tracing (``otel.py``): the span tree of turns, attempts and tool calls."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import trio
+
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from dsh_agent_loop import AgentOptions, Reply, ScriptedModel, open_runtime, tool
+from dsh_agent_loop.otel import trace_runtime
+
+OPTIONS = AgentOptions(id="main", provider="scripted", model="m")
+
+
+@tool
+async def weather(city: str) -> str:
+    """Look up the weather."""
+    if city == "Atlantis":
+        raise LookupError("no such city")
+    return f"sunny in {city}"
+
+
+@tool
+async def slow(seconds: float) -> str:
+    """Sleep, then answer."""
+    await trio.sleep(seconds)
+    return "done"
+
+
+def _provider() -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def _by_name(spans: tuple[ReadableSpan, ...]) -> dict[str, list[ReadableSpan]]:
+    out: dict[str, list[ReadableSpan]] = {}
+    for span in spans:
+        out.setdefault(span.name, []).append(span)
+    return out
+
+
+def _parent_id(span: ReadableSpan) -> int | None:
+    return None if span.parent is None else span.parent.span_id
+
+
+def _span_id(span: ReadableSpan) -> int:
+    assert span.context is not None
+    span_id: int = span.context.span_id
+    return span_id
+
+
+def _int(span: ReadableSpan, key: str) -> int:
+    value = (span.attributes or {})[key]
+    assert isinstance(value, int)
+    return value
+
+
+async def _run_turn(
+    model: ScriptedModel, provider: TracerProvider, *, capture_content: bool = False
+) -> str:
+    async with open_runtime(
+        providers={"scripted": model},
+        tools=[weather],
+        tracer_provider=provider,
+        otel_capture_content=capture_content,
+    ) as rt:
+        handle = await rt.agents.create(options=OPTIONS)
+        handle.agent.followup("Weather in Oslo and Atlantis?")
+        await handle.agent.wait_idle()
+        return handle.session_id
+
+
+async def test_a_tool_turn_yields_the_span_tree(autojump_clock: trio.abc.Clock) -> None:
+    provider, exporter = _provider()
+    model = ScriptedModel(
+        [
+            Reply.tool_calls(("weather", {"city": "Oslo"}), ("weather", {"city": "Atlantis"})),
+            Reply.text("Oslo is sunny; Atlantis does not exist."),
+        ]
+    )
+    session_id = await _run_turn(model, provider)
+
+    spans = _by_name(exporter.get_finished_spans())
+    assert sorted(spans) == ["chat m", "execute_tool weather", "invoke_agent main"]
+    (turn,) = spans["invoke_agent main"]
+    assert turn.parent is None
+    assert turn.kind is SpanKind.INTERNAL
+    assert turn.status.status_code is StatusCode.UNSET
+    assert turn.attributes is not None
+    assert dict(turn.attributes) == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "main",
+        "gen_ai.conversation.id": session_id,
+        "gen_ai.provider.name": "scripted",
+        "gen_ai.request.model": "m",
+        "gen_ai.usage.input_tokens": turn.attributes["gen_ai.usage.input_tokens"],
+        "gen_ai.usage.output_tokens": turn.attributes["gen_ai.usage.output_tokens"],
+        "dsh_agent_loop.turn.end": "completed",
+    }
+
+    chats = spans["chat m"]
+    assert len(chats) == 2
+    assert all(_parent_id(c) == _span_id(turn) for c in chats)
+    assert all(c.kind is SpanKind.CLIENT for c in chats)
+    first, second = chats
+    assert first.attributes is not None
+    assert second.attributes is not None
+    assert first.attributes["gen_ai.operation.name"] == "chat"
+    assert first.attributes["gen_ai.provider.name"] == "scripted"
+    assert first.attributes["gen_ai.request.model"] == "m"
+    assert first.attributes["gen_ai.conversation.id"] == session_id
+    assert first.attributes["gen_ai.response.finish_reasons"] == ("tool_calls",)
+    assert second.attributes["gen_ai.response.finish_reasons"] == ("stop",)
+    total_in = sum(_int(c, "gen_ai.usage.input_tokens") for c in chats)
+    total_out = sum(_int(c, "gen_ai.usage.output_tokens") for c in chats)
+    assert total_in > 0
+    assert total_out > 0
+    assert turn.attributes["gen_ai.usage.input_tokens"] == total_in
+    assert turn.attributes["gen_ai.usage.output_tokens"] == total_out
+
+    ok, failed = spans["execute_tool weather"]
+    assert all(_parent_id(t) == _span_id(turn) for t in (ok, failed))
+    assert ok.attributes is not None
+    assert failed.attributes is not None
+    assert ok.attributes["gen_ai.operation.name"] == "execute_tool"
+    assert ok.attributes["gen_ai.tool.name"] == "weather"
+    assert (ok.attributes["gen_ai.tool.call.id"], failed.attributes["gen_ai.tool.call.id"]) == (
+        "call-1",
+        "call-2",
+    )
+    assert ok.status.status_code is StatusCode.UNSET
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.attributes["error.type"] == "TOOL_ERROR"
+
+    # Times nest: the turn holds its attempts and calls, in log order.
+    assert turn.start_time is not None
+    assert turn.end_time is not None
+    assert turn.start_time <= first.start_time <= first.end_time <= ok.start_time  # type: ignore[operator]
+    assert ok.end_time <= second.start_time <= second.end_time <= turn.end_time  # type: ignore[operator]
+
+    # Content is absent unless asked for.
+    for span in exporter.get_finished_spans():
+        assert span.attributes is not None
+        assert not {k for k in span.attributes if "messages" in k or "call.arguments" in k}
+        assert "gen_ai.tool.call.result" not in span.attributes
+
+
+async def test_a_retried_attempt_yields_two_chat_spans(autojump_clock: trio.abc.Clock) -> None:
+    provider, exporter = _provider()
+    model = ScriptedModel(
+        [Reply.error("HTTP_5XX", "overloaded", after_text="Hm"), Reply.text("hi")]
+    )
+    await _run_turn(model, provider)
+
+    spans = _by_name(exporter.get_finished_spans())
+    (turn,) = spans["invoke_agent main"]
+    failed, ok = spans["chat m"]
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.status.description == "HTTP_5XX: overloaded"
+    assert failed.attributes is not None
+    assert failed.attributes["error.type"] == "HTTP_5XX"
+    assert failed.attributes["dsh_agent_loop.attempt"] == 1
+    assert ok.status.status_code is StatusCode.UNSET
+    assert ok.attributes is not None
+    assert ok.attributes["dsh_agent_loop.attempt"] == 2
+    assert failed.end_time <= ok.start_time  # type: ignore[operator]
+    assert turn.status.status_code is StatusCode.UNSET
+
+
+async def test_a_failed_turn_carries_its_code(autojump_clock: trio.abc.Clock) -> None:
+    provider, exporter = _provider()
+    model = ScriptedModel([Reply.error("HTTP_4XX", "model not found", status=404)])
+    await _run_turn(model, provider)
+
+    spans = _by_name(exporter.get_finished_spans())
+    (turn,) = spans["invoke_agent main"]
+    (chat,) = spans["chat m"]
+    for span in (turn, chat):
+        assert span.status.status_code is StatusCode.ERROR
+        assert span.attributes is not None
+        assert span.attributes["error.type"] == "HTTP_4XX"
+
+
+async def test_a_cancelled_turn_ends_its_spans_with_an_error(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    provider, exporter = _provider()
+    model = ScriptedModel([Reply.tool_calls(("slow", {"seconds": 60})), Reply.text("never")])
+    async with open_runtime(
+        providers={"scripted": model}, tools=[slow], tracer_provider=provider
+    ) as rt:
+        handle = await rt.agents.create(options=OPTIONS)
+        handle.agent.followup("wait")
+        await trio.sleep(1)
+        assert [s.name for s in exporter.get_finished_spans()] == ["chat m"]  # the rest are open
+        handle.agent.cancel()
+        await handle.agent.wait_idle()
+
+    spans = _by_name(exporter.get_finished_spans())
+    (turn,) = spans["invoke_agent main"]
+    (call,) = spans["execute_tool slow"]
+    for span in (turn, call):
+        assert span.status.status_code is StatusCode.ERROR
+        assert span.attributes is not None
+        assert span.attributes["error.type"] == "ABORTED"
+    assert turn.status.description == "ABORTED: cancelled (user)"
+
+
+async def test_leaving_the_runtime_mid_turn_ends_every_span(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    provider, exporter = _provider()
+    model = ScriptedModel([Reply.tool_calls(("slow", {"seconds": 60})), Reply.text("never")])
+    with trio.move_on_after(5):
+        async with open_runtime(
+            providers={"scripted": model}, tools=[slow], tracer_provider=provider
+        ) as rt:
+            handle = await rt.agents.create(options=OPTIONS)
+            handle.agent.followup("wait")
+            await trio.sleep_forever()
+
+    spans = _by_name(exporter.get_finished_spans())
+    (turn,) = spans["invoke_agent main"]
+    (call,) = spans["execute_tool slow"]
+    assert turn.status.status_code is StatusCode.ERROR
+    assert turn.status.description == "ABORTED: cancelled (disposed)"
+    assert call.status.status_code is StatusCode.ERROR
+
+
+async def test_content_is_recorded_when_asked(autojump_clock: trio.abc.Clock) -> None:
+    provider, exporter = _provider()
+    model = ScriptedModel(
+        [Reply.tool_calls(("weather", {"city": "Oslo"})), Reply.text("Oslo is sunny.")]
+    )
+    await _run_turn(model, provider, capture_content=True)
+
+    spans = _by_name(exporter.get_finished_spans())
+    first, second = spans["chat m"]
+    assert first.attributes is not None
+    assert second.attributes is not None
+    sent = json.loads(str(first.attributes["gen_ai.input.messages"]))
+    assert sent[-1]["role"] == "user"
+    assert sent[-1]["parts"] == [{"type": "text", "content": "Weather in Oslo and Atlantis?"}]
+    out = json.loads(str(first.attributes["gen_ai.output.messages"]))
+    assert out[0]["parts"][0]["type"] == "tool_call"
+    assert out[0]["parts"][0]["name"] == "weather"
+    resent = json.loads(str(second.attributes["gen_ai.input.messages"]))
+    assert resent[-1] == {
+        "role": "tool",
+        "parts": [{"type": "tool_call_response", "id": "call-1", "response": "sunny in Oslo"}],
+    }
+    answer = json.loads(str(second.attributes["gen_ai.output.messages"]))
+    assert answer == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "Oslo is sunny."}]}
+    ]
+    (call,) = spans["execute_tool weather"]
+    assert call.attributes is not None
+    assert json.loads(str(call.attributes["gen_ai.tool.call.arguments"])) == {"city": "Oslo"}
+    assert call.attributes["gen_ai.tool.call.result"] == "sunny in Oslo"
+
+
+async def test_without_a_provider_nothing_listens(autojump_clock: trio.abc.Clock) -> None:
+    async with open_runtime(providers={"scripted": ScriptedModel([])}) as rt:
+        assert not rt.hooks.any("on")
+
+
+async def test_trace_runtime_disposer_stops_tracing(autojump_clock: trio.abc.Clock) -> None:
+    provider, exporter = _provider()
+    model = ScriptedModel([Reply.text("one"), Reply.text("two")])
+    async with open_runtime(providers={"scripted": model}) as rt:
+        dispose = trace_runtime(rt, provider)
+        handle = await rt.agents.create(options=OPTIONS)
+        handle.agent.followup("hi")
+        await handle.agent.wait_idle()
+        dispose()
+        assert not rt.hooks.any("on")
+        handle.agent.followup("again")
+        await handle.agent.wait_idle()
+    assert [s.name for s in exporter.get_finished_spans()] == ["chat m", "invoke_agent main"]
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_importing_the_package_does_not_import_opentelemetry() -> None:
+    done = _python(
+        """
+        import sys
+        import dsh_agent_loop, dsh_agent_loop.config, dsh_agent_loop.runtime
+        loaded = [m for m in sys.modules if m.startswith("opentelemetry")]
+        assert not loaded, loaded
+        """
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_config_otel_true_uses_the_global_provider() -> None:
+    # A subprocess: the global tracer provider can be set once per process.
+    done = _python(
+        """
+        import trio
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        from dsh_agent_loop import AgentOptions, Reply, ScriptedModel, open_runtime
+
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        PLUGIN = "@deepseek-ai/dsh-agent-loop"
+
+        async def turn(otel):
+            config = {"plugins": [{"name": PLUGIN, "config": {"otel": otel}}]}
+            model = ScriptedModel([Reply.text("hi")])
+            async with open_runtime(config, providers={"scripted": model}) as rt:
+                handle = await rt.agents.create(
+                    options=AgentOptions(id="main", provider="scripted", model="m")
+                )
+                handle.agent.followup("hello")
+                await handle.agent.wait_idle()
+            spans = exporter.get_finished_spans()
+            exporter.clear()
+            return spans
+
+        async def main():
+            assert await turn(False) == ()
+            spans = await turn(True)
+            assert sorted(s.name for s in spans) == ["chat m", "invoke_agent main"], spans
+            assert all("gen_ai.input.messages" not in s.attributes for s in spans)
+            spans = await turn({"captureContent": True})
+            (chat,) = [s for s in spans if s.name == "chat m"]
+            assert "hello" in chat.attributes["gen_ai.input.messages"]
+            print("ok")
+
+        trio.run(main)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+async def test_a_call_awaiting_approval_gets_a_span_in_each_turn(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    provider, exporter = _provider()
+    model = ScriptedModel([Reply.tool_calls(("weather", {"city": "Oslo"})), Reply.text("Sunny.")])
+    options = AgentOptions(id="main", provider="scripted", model="m", require_approval={"weather"})
+    async with open_runtime(
+        providers={"scripted": model}, tools=[weather], tracer_provider=provider
+    ) as rt:
+        agent = (await rt.agents.create(options=options)).agent
+        agent.followup("Weather in Oslo?")
+        await agent.wait_idle()
+        (waiting,) = _by_name(exporter.get_finished_spans())["execute_tool weather"]
+        assert waiting.attributes is not None
+        assert waiting.status.status_code is StatusCode.UNSET
+        await agent.resolve_approvals({"call-1": True})
+
+    spans = _by_name(exporter.get_finished_spans())
+    first, second = spans["invoke_agent main"]
+    assert first.attributes is not None
+    assert first.attributes["dsh_agent_loop.turn.end"] == "awaiting-approval"
+    assert first.status.status_code is StatusCode.UNSET
+    deferred, run = spans["execute_tool weather"]
+    assert _parent_id(deferred) == _span_id(first)
+    assert _parent_id(run) == _span_id(second)
+    assert run.attributes is not None
+    assert run.attributes["gen_ai.tool.call.id"] == "call-1"
+    assert run.status.status_code is StatusCode.UNSET
+
+
+def test_the_bench_table_reports_the_cost_of_tracing() -> None:
+    from dsh_agent_loop.cli._bench import DEFAULT_TARGETS, _loop_rows
+
+    result = {
+        "w1_us_per_step": 40.0,
+        "w1_ref_us_per_step": 10.0,
+        "w1_growth_100_vs_10": 1.0,
+        "w2_us_per_step": 90.0,
+        "w2_ref_us_per_step": 20.0,
+        "w3": [],
+    }
+    assert "w1_traced" not in {row.key for row in _loop_rows(result, DEFAULT_TARGETS)}
+    traced = {**result, "w1_traced_us_per_step": 70.0, "w1_traced_baseline_us_per_step": 35.0}
+    rows = {row.key: row for row in _loop_rows(traced, DEFAULT_TARGETS)}
+    row = rows["w1_traced"]
+    assert row.workload == "W1 µs/step with tracing"
+    assert row.ratio == 2.0
+    assert row.target is None
