@@ -90,6 +90,15 @@ def reason_text(reason: Mapping[str, Any] | None) -> str:
     return kind
 
 
+def tool_call_names(message: Mapping[str, Any]) -> list[str]:
+    """The names of the tools ``message`` asks to run, in model order."""
+    return [
+        str(b.get("name"))
+        for b in message.get("content", ()) or ()
+        if isinstance(b, Mapping) and b.get("type") == "tool-call"
+    ]
+
+
 def _quoted(text: str) -> str:
     return json.dumps(snippet(text), ensure_ascii=False)
 
@@ -103,11 +112,7 @@ def _assistant(data: Mapping[str, Any]) -> str:
     text = message_text(message)
     if text:
         parts.append(_quoted(text))
-    calls = [
-        str(b.get("name"))
-        for b in message.get("content", ()) or ()
-        if isinstance(b, Mapping) and b.get("type") == "tool-call"
-    ]
+    calls = tool_call_names(message)
     if calls:
         parts.append("calls " + ", ".join(calls))
     if not parts:

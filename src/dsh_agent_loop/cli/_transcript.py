@@ -32,7 +32,7 @@ from ..events import (
     USER_MESSAGE,
     Event,
 )
-from ._render import failure_words, message_text, snippet
+from ._render import failure_words, message_text, snippet, tool_call_names
 
 __all__ = ["Totals", "plain_line", "totals", "turn_end_words"]
 
@@ -75,11 +75,7 @@ def _assistant(data: Mapping[str, Any]) -> str:
     text = message_text(message)
     if text:
         parts.append(_q(text))
-    calls = [
-        str(b.get("name"))
-        for b in message.get("content", ()) or ()
-        if isinstance(b, Mapping) and b.get("type") == "tool-call"
-    ]
+    calls = tool_call_names(message)
     if calls:
         parts.append("asks to run " + ", ".join(calls))
     if not parts:
