@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import copy
+import gc
 import json
+import pickle
 
-import attrs
 import pytest
 
 from dsh_agent_loop import events
 from dsh_agent_loop._frozen import FrozenDict, freeze
 from dsh_agent_loop.events import (
     DURABLE_TYPES,
+    EVENT_FIELDS,
     SURFACE_TYPES,
     Event,
     event_from_dict,
@@ -35,7 +38,7 @@ def test_event_freezes_its_data_surface_op_and_seqs():
     assert type(e.surface_op) is FrozenDict
     assert e.source_event_seqs == (2,)
     assert Event("user/message", 0, 0.0, {}, surface_op="append").surface_op == "append"
-    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         e.seq = 4  # type: ignore[misc]
 
 
@@ -173,3 +176,60 @@ def test_type_vocabulary():
     }
     assert not notifications & DURABLE_TYPES
     assert events.TOOL_CALL not in SURFACE_TYPES
+
+
+def test_events_and_their_data_are_not_tracked_by_the_garbage_collector():
+    e = Event(
+        "assistant/message",
+        3,
+        1.0,
+        {"message": {"role": "assistant", "content": [{"type": "text", "text": "x"}]}},
+        surface_op={"op": "replace", "start_seq": 1, "end_seq": 2},
+        source_event_seqs=[1],
+    )
+    gc.collect()  # the collector untracks tuples whose items are untracked
+    assert not gc.is_tracked(e)
+    assert not gc.is_tracked(e.data)
+    assert not gc.is_tracked(e.data["message"]["content"])
+    assert not gc.is_tracked(e.surface_op)
+    assert not gc.is_tracked(make_event("turn/start", 0, 0.0, FrozenDict(turn=1)))
+    log = {0: e, 1: e.with_seq(4)}  # a dict of events stays untracked too
+    assert not gc.is_tracked(log)
+
+
+def test_events_construct_by_keyword_pickle_and_copy_by_value():
+    e = Event(
+        type="tool/result",
+        seq=2,
+        time=1.5,
+        data={"a": [1, {"b": None}]},
+        ignorable=True,
+        surface_op="append",
+        source_event_seqs=(1,),
+    )
+    assert e == Event("tool/result", 2, 1.5, {"a": [1, {"b": None}]}, True, "append", [1])
+    back = pickle.loads(pickle.dumps(e))
+    assert back == e
+    assert type(back.data) is FrozenDict
+    assert copy.copy(e) == e
+    assert copy.deepcopy(e) == e
+    assert repr(e).startswith("Event(type='tool/result', seq=2, time=1.5, data=FrozenDict(")
+    assert isinstance(e, Event)
+    assert EVENT_FIELDS == (
+        "type",
+        "seq",
+        "time",
+        "data",
+        "ignorable",
+        "surface_op",
+        "source_event_seqs",
+    )
+    with pytest.raises(TypeError):
+        Event("t", 0, 0.0)  # type: ignore[call-arg]  # data is required
+
+
+def test_make_event_takes_surface_op_and_cites_before_ignorable():
+    data = FrozenDict(x=1)
+    e = make_event("tool/result", 1, 2.0, data, "append", (0,), True)
+    assert (e.surface_op, e.source_event_seqs, e.ignorable) == ("append", (0,), True)
+    assert e == Event("tool/result", 1, 2.0, data, True, "append", (0,))

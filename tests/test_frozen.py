@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import copy
 import enum
+import gc
 import json
 import pickle
 from collections import OrderedDict
+from collections.abc import Mapping
 
 import pytest
 
-from dsh_agent_loop._frozen import FrozenDict, freeze, thaw
+from dsh_agent_loop._frozen import FrozenDict, freeze, frozen, json_default, thaw
 
 
 @pytest.mark.parametrize(
@@ -63,10 +65,14 @@ def test_copies_are_the_same_object_and_pickling_round_trips():
     assert type(back["a"][1]) is FrozenDict
 
 
-def test_repr_names_the_type_and_json_dumps_it_like_a_dict():
+def test_repr_names_the_type_and_json_dumps_it_like_a_dict_through_json_default():
     d = FrozenDict(a=1)
     assert repr(d) == "FrozenDict({'a': 1})"
-    assert json.dumps(freeze({"a": [1, None, "x"]})) == '{"a": [1, null, "x"]}'
+    value = freeze({"a": [1, None, "x", {"b": {}}]})
+    assert json.dumps(value, default=json_default) == '{"a": [1, null, "x", {"b": {}}]}'
+    assert json.dumps(thaw(value)) == json.dumps(value, default=json_default)
+    with pytest.raises(TypeError, match="Object of type set is not JSON serializable"):
+        json.dumps({"s": {1}}, default=json_default)
 
 
 def test_freeze_makes_mappings_frozen_dicts_and_sequences_tuples_deeply():
@@ -120,3 +126,111 @@ def test_thaw_returns_plain_mutable_data_and_round_trips_freeze():
     thawed["a"].append(2)  # mutable again
     assert freeze(thaw(freeze(value))) == freeze(value)
     assert thaw("atom") == "atom"
+
+
+def test_frozen_dicts_are_never_tracked_and_neither_are_plain_containers_of_them():
+    d = freeze({"a": [1, {"b": "c"}], "d": {"e": None}})
+    assert not gc.is_tracked(d)
+    assert not gc.is_tracked(d["d"])
+    assert not gc.is_tracked(FrozenDict(a=1))
+    assert not gc.is_tracked(FrozenDict({"x": d}))
+    holder = {"k": d, "j": FrozenDict()}
+    assert not gc.is_tracked(holder)  # CPython tracks a dict only once it holds a tracked value
+    items = (d, d["d"])
+    lst = [d]
+    gc.collect()  # the collector untracks tuples of untracked items
+    assert not gc.is_tracked(items)
+    assert not gc.is_tracked(d["a"])
+    assert gc.is_tracked(lst)  # a list always is; that is why the log keeps tuples and structs
+
+
+def test_a_frozen_dict_reads_like_a_read_only_dict():
+    d = FrozenDict(a=1, b=FrozenDict(c=(1, 2)))
+    assert isinstance(d, Mapping)
+    assert not isinstance(d, dict)
+    assert d["a"] == 1
+    assert d.get("a") == 1
+    assert d.get("zz") is None
+    assert d.get("zz", 5) == 5
+    assert "a" in d
+    assert "zz" not in d
+    assert len(d) == 2
+    assert list(d) == ["a", "b"]
+    assert list(reversed(d)) == ["b", "a"]
+    assert list(d.keys()) == ["a", "b"]
+    assert list(d.values()) == [1, {"c": (1, 2)}]
+    assert list(d.items()) == [("a", 1), ("b", {"c": (1, 2)})]
+    assert dict(d) == {"a": 1, "b": {"c": (1, 2)}}
+    assert type(dict(d)) is dict
+    assert {**d, "z": 0} == {"a": 1, "b": {"c": (1, 2)}, "z": 0}
+
+    def kw(**kwargs: object) -> dict[str, object]:
+        return kwargs
+
+    assert kw(**d) == {"a": 1, "b": {"c": (1, 2)}}
+    assert d.b.c == (1, 2)
+    with pytest.raises(KeyError):
+        d["zz"]
+    copied = d.copy()
+    assert type(copied) is dict
+    copied["a"] = 2  # a plain mutable copy, as dict.copy() of a subclass was
+    assert d["a"] == 1
+    assert d | {"z": 0} == {"a": 1, "b": {"c": (1, 2)}, "z": 0}
+    assert {"z": 0} | d == {"z": 0, "a": 1, "b": {"c": (1, 2)}}
+    assert type(d | {"z": 0}) is dict
+
+
+def test_frozen_dicts_compare_with_plain_dicts_and_other_mappings_both_ways():
+    d = freeze({"a": [1, {"b": 2}]})
+    assert d == {"a": (1, {"b": 2})}
+    assert {"a": (1, {"b": 2})} == d  # noqa: SIM300  # dict.__eq__ first
+    assert d != {"a": (1, {"b": 3})}
+    assert {"a": (1, {"b": 3})} != d  # noqa: SIM300
+    assert d == OrderedDict(a=(1, FrozenDict(b=2)))
+    assert d != {"a": [1, {"b": 2}]}  # a list is not a tuple, as before
+    assert d != [("a", 1)]
+    assert (d == 3) is False
+    assert FrozenDict() == {}
+    assert hash(FrozenDict(x=1, y=(1, 2))) == hash(freeze({"x": 1, "y": [1, 2]}))
+
+
+def test_the_constructor_takes_what_dict_takes_and_copies_its_input():
+    source = {"a": 1}
+    d = FrozenDict(source)
+    source["a"] = 2  # the frozen dict does not follow its input
+    assert d == {"a": 1}
+    assert FrozenDict([("a", 1), ("b", 2)]) == {"a": 1, "b": 2}
+    assert FrozenDict({"a": 1}, b=2) == {"a": 1, "b": 2}
+    assert FrozenDict(OrderedDict(a=1)) == {"a": 1}
+    assert FrozenDict() == {}
+    assert FrozenDict(d) is d  # immutable: nothing to copy
+    with pytest.raises(TypeError):
+        FrozenDict(1)
+    owned = {"k": "v"}
+    made = frozen(owned)  # the hot-path constructor takes the fresh dict as it is
+    assert type(made) is FrozenDict
+    assert made == {"k": "v"}
+    assert FrozenDict[str, int] is not FrozenDict  # subscriptable in annotations
+
+
+def test_attributes_cannot_be_set_or_deleted():
+    d = FrozenDict(a=1)
+    with pytest.raises(AttributeError):
+        d.a = 2  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        d.new = 1  # type: ignore[attr-defined]
+    with pytest.raises((AttributeError, TypeError)):
+        del d.a
+    with pytest.raises(TypeError, match="event data is read-only"):
+        d |= {"b": 1}  # type: ignore[misc]
+    assert d == {"a": 1}
+
+
+def test_thaw_handles_nested_frozen_dicts_and_pickle_keeps_nested_types():
+    d = freeze({"a": {"b": [{"c": 1}]}})
+    thawed = thaw(d)
+    assert type(thawed["a"]) is dict
+    assert type(thawed["a"]["b"][0]) is dict
+    back = pickle.loads(pickle.dumps(d, protocol=pickle.HIGHEST_PROTOCOL))
+    assert type(back["a"]["b"][0]) is FrozenDict
+    assert not gc.is_tracked(back)

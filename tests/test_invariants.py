@@ -6,7 +6,8 @@ import pytest
 import trio
 
 from dsh_agent_loop import Event, Reply, invariants, tool
-from dsh_agent_loop.invariants import check_messages
+from dsh_agent_loop.invariants import _RequestScan, check_messages
+from dsh_agent_loop.session.history import SurfaceProjection
 
 from .agent.conftest import harness
 from .session.logs import LogBuilder, reseq
@@ -265,3 +266,61 @@ def test_an_approval_of_no_pending_call_is_caught():
     b = _awaiting_log()
     b.add("tool/approval", {"call_id": "zz", "decision": "approve"})
     assert kinds(b.events) == ["approval"]
+
+
+def _broken_then_replaced() -> LogBuilder:
+    """A history broken by an interloper, two request points, then the range replaced."""
+    b = LogBuilder()
+    b.turn_start(1)
+    b.step_start(1, 1)
+    first_user = b.user("m-1", "go")
+    b.assistant(1, 1, calls=[("c1", "t", {})])
+    call = b.tool_call(1, 1, "c1")
+    b.user("m-2", "interloper")
+    last = b.tool_result(1, 1, "c1", call)
+    b.assistant(1, 1, "again")  # request point: both problems
+    b.add("assistant/attempt", {"turn": 1, "step": 1})  # request point: the same two again
+    b.add(
+        "user/message",
+        {"message": {"role": "user", "id": "m-3", "content": ({"type": "text", "text": "s"},)}},
+        surface_op={"op": "replace", "start_seq": first_user, "end_seq": last},
+    )
+    b.assistant(1, 1, "after")  # request point on the replaced, well-formed history
+    b.step_end(1, 1)
+    b.turn_end(1)
+    return b
+
+
+def test_each_request_point_reports_what_a_full_check_of_its_history_reports():
+    b = _broken_then_replaced()
+    surface = SurfaceProjection()
+    expected = []
+    for event in b.events:
+        if event.type in ("assistant/message", "assistant/attempt"):
+            expected += [(event.seq, p) for p in check_messages(surface.messages())]
+        surface.fold(event)
+    found = [(v.seq, v.message) for v in invariants.check(b.events) if v.kind == "request"]
+    assert found == expected
+    assert [seq for seq, _ in found] == [7, 7, 8, 8]  # nothing after the replacement
+
+
+def test_a_request_check_is_linear_in_the_history(monkeypatch):
+    b = LogBuilder()
+    b.turn_start(1)
+    b.step_start(1, 1)
+    b.user("m-1", "go")
+    for n in range(2000):
+        b.assistant(1, 1, f"a{n}")
+    b.step_end(1, 1)
+    b.turn_end(1)
+    folded = 0
+    original = _RequestScan.extend
+
+    def counting(self, messages, start):
+        nonlocal folded
+        folded += len(messages) - start
+        original(self, messages, start)
+
+    monkeypatch.setattr(_RequestScan, "extend", counting)
+    assert invariants.check(b.events) == []
+    assert folded == 2000  # each message is folded once, not once per later request point

@@ -17,8 +17,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from dsh_agent_loop import AgentOptions, Reply, ScriptedModel, open_runtime, tool
+from dsh_agent_loop import AgentOptions, Reply, Retry, ScriptedModel, open_runtime, tool
 from dsh_agent_loop.otel import trace_runtime
+
+from .llm.agent_helpers import CLAUDE_KEY_ENV, KEY_ENV, MODELS, live_agent, plain
+from .llm.server import Reply as HttpReply
+from .llm.server import transcript
 
 OPTIONS = AgentOptions(id="main", provider="scripted", model="m")
 
@@ -178,6 +182,38 @@ async def test_a_retried_attempt_yields_two_chat_spans(autojump_clock: trio.abc.
     assert ok.attributes["dsh_agent_loop.attempt"] == 2
     assert failed.end_time <= ok.start_time  # type: ignore[operator]
     assert turn.status.status_code is StatusCode.UNSET
+
+
+async def test_a_retried_attempts_chat_span_starts_after_the_backoff(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    provider, exporter = _provider()
+    model = ScriptedModel(
+        [Reply.error("HTTP_5XX", "overloaded", after_text="Hm"), Reply.text("hi there")],
+        latency=0.5,
+    )
+
+    async def retry_later(payload: object, next: object) -> Retry:
+        return Retry(delay=30.0)
+
+    async with open_runtime(
+        providers={"scripted": model}, tracer_provider=provider, clock=trio.current_time
+    ) as rt:
+        rt.hooks.waterfall("agent/request-error", retry_later)
+        handle = await rt.agents.create(options=OPTIONS)
+        handle.agent.followup("hello")
+        await handle.agent.wait_idle()
+
+    spans = _by_name(exporter.get_finished_spans())
+    (turn,) = spans["invoke_agent main"]
+    failed, ok = spans["chat m"]
+    second = 1_000_000_000
+    assert turn.start_time <= failed.start_time < failed.end_time  # type: ignore[operator]
+    # The retried attempt's span starts when it began, 30 s of backoff after the failure ...
+    assert ok.start_time - failed.end_time >= 30 * second  # type: ignore[operator]
+    # ... so it spans the attempt alone (its stream, half a second a chunk).
+    assert 0 < ok.end_time - ok.start_time < 5 * second  # type: ignore[operator]
+    assert ok.end_time <= turn.end_time  # type: ignore[operator]
 
 
 async def test_a_failed_turn_carries_its_code(autojump_clock: trio.abc.Clock) -> None:
@@ -410,3 +446,81 @@ def test_the_bench_table_reports_the_cost_of_tracing() -> None:
     assert row.workload == "W1 µs/step with tracing"
     assert row.ratio == 2.0
     assert row.target is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "model", "response_id"),
+    [
+        ("openai", "openai_text", "gpt-4o-2024-08-06", "chatcmpl-B7xQ2mKp9"),
+        (
+            "anthropic",
+            "anthropic_text",
+            "claude-3-5-haiku-20241022",
+            "msg_01XFDUDYJgAACzvnptvVoYEL",
+        ),
+    ],
+)
+async def test_the_response_model_and_id_are_stored_and_traced(
+    monkeypatch: pytest.MonkeyPatch, kind: str, name: str, model: str, response_id: str
+) -> None:
+    monkeypatch.setenv(KEY_ENV, "sk-test")
+    monkeypatch.setenv(CLAUDE_KEY_ENV, "sk-ant-test")
+    provider, exporter = _provider()
+    reply = HttpReply.sse(transcript(name), piece=64)
+    async with live_agent(kind, default=reply, tracer_provider=provider) as live:
+        await live.run("hi")
+        (message,) = live.of_type("assistant/message")
+        assert plain(message.data["response"]) == {"model": model, "id": response_id}
+
+    (chat,) = [s for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
+    assert chat.name == f"chat {MODELS[kind]}"
+    assert chat.attributes is not None
+    assert chat.attributes["gen_ai.request.model"] == MODELS[kind]
+    assert chat.attributes["gen_ai.response.model"] == model
+    assert chat.attributes["gen_ai.response.id"] == response_id
+
+
+async def test_a_scripted_reply_stores_no_response(autojump_clock: trio.abc.Clock) -> None:
+    provider, exporter = _provider()
+    model = ScriptedModel([Reply.text("hi")])
+    async with open_runtime(providers={"scripted": model}, tracer_provider=provider) as rt:
+        agent = (await rt.agents.create(options=OPTIONS)).agent
+        agent.followup("hello")
+        await agent.wait_idle()
+        (message,) = [e for e in agent.session.events if e.type == "assistant/message"]
+        assert set(message.data) == {"turn", "step", "message", "stream", "usage"}
+    (chat,) = _by_name(exporter.get_finished_spans())["chat m"]
+    assert chat.attributes is not None
+    assert not {
+        k for k in chat.attributes if k.startswith("gen_ai.response.") and "finish" not in k
+    }
+
+
+@pytest.mark.parametrize(
+    ("otel", "enabled", "capture"),
+    [
+        (True, True, False),
+        (False, False, False),
+        ({"captureContent": True}, True, True),
+        ({"capture_content": True}, True, True),
+        ({}, True, False),
+    ],
+)
+def test_the_config_otel_key(otel: object, enabled: bool, capture: bool) -> None:
+    from dsh_agent_loop.config import load_config
+
+    plugin = {"name": "@deepseek-ai/dsh-agent-loop", "config": {"otel": otel}}
+    config = load_config({"plugins": [plugin]}).plugin.otel
+    assert config is not None
+    assert (config.enabled, config.capture_content) == (enabled, capture)
+
+
+def test_tracing_is_off_without_the_config_otel_key() -> None:
+    from dsh_agent_loop import ConfigError
+    from dsh_agent_loop.config import load_config
+
+    plugin: dict[str, object] = {"name": "@deepseek-ai/dsh-agent-loop", "config": {}}
+    assert load_config({"plugins": [plugin]}).plugin.otel is None
+    plugin["config"] = {"otel": {"captureContnt": True}}
+    with pytest.raises(ConfigError, match=r"otel\.captureContnt: unknown key"):
+        load_config({"plugins": [plugin]})

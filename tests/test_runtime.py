@@ -430,7 +430,9 @@ async def test_a_sub_agent_tool_disposing_its_parent_does_not_deadlock(autojump_
             child.agent.followup("go")
             await child.agent.wait_idle()
         assert rt.agents.get("main") is None
-        assert turn_ends(child.agent.session.events) == [{"kind": "completed"}]
+        # disposing a parent disposes its sub-agents: the calling child's turn ends there
+        assert turn_ends(child.agent.session.events) == [{"kind": "aborted", "cause": "disposed"}]
+        assert child.agent.closed
 
 
 # -- a disposed agent takes no message -------------------------------------------------------------

@@ -11,10 +11,15 @@ from . import invariants as invariants
 from ._frozen import FrozenDict as FrozenDict
 from .agent.approvals import ApprovalRequest as ApprovalRequest
 from .agent.calls import RunStream as RunStream
+from .agent.compaction import Compacted as Compacted
+from .agent.compaction import CompactionError as CompactionError
+from .agent.context import ContextUsage as ContextUsage
+from .agent.delegate import delegate_tool as delegate_tool
 from .agent.driver import Agent as Agent
 from .agent.driver import AgentScope as AgentScope
 from .agent.lifecycle import AgentHandle as AgentHandle
 from .agent.options import AgentOptions as AgentOptions
+from .agent.options import CompactionPolicy as CompactionPolicy
 from .agent.options import TurnBudget as TurnBudget
 from .agent.prompt import PromptAssembly as PromptAssembly
 from .agent.prompt import PromptSection as PromptSection
@@ -74,7 +79,11 @@ __all__ = [
     "AgentScope",
     "AnthropicProvider",
     "ApprovalRequest",
+    "Compacted",
+    "CompactionError",
+    "CompactionPolicy",
     "ConfigError",
+    "ContextUsage",
     "Deny",
     "Event",
     "Failure",
@@ -115,6 +124,7 @@ __all__ = [
     "TurnFailedError",
     "TurnResult",
     "Usage",
+    "delegate_tool",
     "invariants",
     "load_config",
     "open_runtime",

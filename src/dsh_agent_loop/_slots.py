@@ -1,7 +1,8 @@
 """Slot constructors: build a frozen slotted attrs instance without its ``__init__``.
 
-Hot paths (every appended event, every request, every streamed tool call) build frozen
-records from parts that are already valid. Calling the class runs its converters and
+Hot paths (every request, every streamed tool call) build frozen records from parts that are
+already valid. (``Event`` is a ``msgspec.Struct`` built by ``events.make_event`` in one C
+call; these constructors serve the attrs records.) Calling the class runs its converters and
 ``object.__setattr__`` per field; writing the slots through their descriptors costs about half.
 The field order and the set of fields are read from ``attrs.fields`` here, never written by
 hand, and ``slot_constructor`` refuses a constructor that would leave a field unset, so adding

@@ -8,13 +8,12 @@ published live and never stored. Every type name is defined here once.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, Final, Protocol, final
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final, final
 
-import attrs
+from msgspec import Struct, StructMeta
 
-from ._frozen import FrozenDict, freeze
-from ._slots import slot_constructor
+from ._frozen import FrozenDict, freeze, json_default
 
 __all__ = [
     "DURABLE_TYPES",
@@ -81,6 +80,8 @@ INBOX_INSERTED: Final = "agent/inbox/inserted"
 INBOX_CLAIMED: Final = "agent/inbox/claimed"
 INBOX_DISCARDED: Final = "agent/inbox/discarded"
 ASSISTANT_STREAM: Final = "agent/assistant-stream"
+ATTEMPT_START: Final = "agent/attempt-start"
+CONTEXT_COMPACTED: Final = "context/compacted"
 CONFIG_START_FAILED: Final = "agent-loop/config-start-failed"
 
 # --- hook names -----------------------------------------------------------------------------
@@ -113,10 +114,38 @@ def _freeze_seqs(value: Any) -> tuple[int, ...] | None:
     return None if value is None else tuple(value)
 
 
+class _EventMeta(StructMeta):
+    """``Event(...)`` freezes its parts (``data``, ``surface_op``, ``source_event_seqs``)."""
+
+    def __call__(
+        cls,
+        type: str,
+        seq: int | None,
+        time: float,
+        data: Mapping[str, Any],
+        ignorable: bool = False,
+        surface_op: Any = None,
+        source_event_seqs: Iterable[int] | None = None,
+    ) -> Any:
+        return _new_event(
+            type,
+            seq,
+            time,
+            _freeze_data(data),
+            ignorable,
+            _freeze_surface_op(surface_op),
+            _freeze_seqs(source_event_seqs),
+        )
+
+
 @final
-@attrs.frozen(slots=True)
-class Event:
-    """One fact in a session log, or (with ``seq=None``) a live notification."""
+class Event(Struct, frozen=True, gc=False, metaclass=_EventMeta):
+    """One fact in a session log, or (with ``seq=None``) a live notification.
+
+    Immutable and not tracked by the garbage collector (a ``msgspec.Struct`` declared
+    ``gc=False``): it holds only frozen JSON, which cannot form a reference cycle, and a
+    process holds millions of events. Compared field by field; hashable.
+    """
 
     type: str
     """The event type, for example ``"turn/start"``."""
@@ -124,47 +153,59 @@ class Event:
     """Position in the session log, dense from 0; ``None`` before append and for notifications."""
     time: float
     """When it was appended, from the runtime's clock."""
-    data: FrozenDict = attrs.field(converter=_freeze_data)
+    data: FrozenDict
     """The payload: a deep-frozen, JSON-compatible mapping."""
     ignorable: bool = False
     """Readers that do not know ``type`` may skip this event instead of refusing the log."""
-    surface_op: Any = attrs.field(default=None, converter=_freeze_surface_op)
+    surface_op: Any = None
     """``None``, ``"append"`` or ``{"op": "replace", "start_seq", "end_seq"}``."""
-    source_event_seqs: tuple[int, ...] | None = attrs.field(default=None, converter=_freeze_seqs)
+    source_event_seqs: tuple[int, ...] | None = None
     """Seqs of the events this one cites (a ``tool/result`` cites its ``tool/call``)."""
+
+    if TYPE_CHECKING:  # what ``_EventMeta.__call__`` accepts (it freezes the parts)
+
+        def __init__(
+            self,
+            type: str,
+            seq: int | None,
+            time: float,
+            data: Mapping[str, Any],
+            ignorable: bool = False,
+            surface_op: Any = None,
+            source_event_seqs: Iterable[int] | None = None,
+        ) -> None: ...
 
     def with_seq(self, seq: int, time: float | None = None) -> Event:
         """Return a copy at ``seq`` (and ``time`` when given), skipping re-validation."""
-        return make_event(
+        return _new_event(
             self.type,
             seq,
             self.time if time is None else time,
             self.data,
+            self.ignorable,
             self.surface_op,
             self.source_event_seqs,
-            self.ignorable,
         )
 
 
-class _MakeEvent(Protocol):
-    def __call__(
-        self,
-        type: str,
-        seq: int | None,
-        time: float,
-        data: FrozenDict,
-        surface_op: Any = None,
-        source_event_seqs: tuple[int, ...] | None = None,
-        ignorable: bool = False,
-    ) -> Event: ...
+EVENT_FIELDS: Final = Event.__struct_fields__
+"""The field names of ``Event``, in order."""
+
+_new_event: Final[Callable[..., Event]] = StructMeta.__call__.__get__(Event)
+"""Builds an ``Event`` from frozen parts in field order, in one C call (no converters)."""
 
 
-#: Builds an ``Event`` from already-frozen parts without re-freezing (the hot path): its slots
-#: are written directly, skipping the converters on purpose. Arguments: ``type, seq, time, data,
-#: surface_op=None, source_event_seqs=None, ignorable=False``.
-make_event: Final[_MakeEvent] = slot_constructor(
-    Event, ("type", "seq", "time", "data", "surface_op", "source_event_seqs", "ignorable")
-)
+def make_event(
+    type: str,
+    seq: int | None,
+    time: float,
+    data: FrozenDict,
+    surface_op: Any = None,
+    source_event_seqs: tuple[int, ...] | None = None,
+    ignorable: bool = False,
+) -> Event:
+    """Build an ``Event`` from already-frozen parts without re-freezing (the hot path)."""
+    return _new_event(type, seq, time, data, ignorable, surface_op, source_event_seqs)
 
 
 def event_to_dict(e: Event) -> dict[str, Any]:
@@ -201,7 +242,9 @@ def event_from_dict(obj: Any) -> Event:
 
 def event_to_json(event: Event) -> str:
     """Serialise ``event`` as one line of compact JSON (the stores' and export format)."""
-    return json.dumps(event_to_dict(event), ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(
+        event_to_dict(event), ensure_ascii=False, separators=(",", ":"), default=json_default
+    )
 
 
 def event_from_json(text: str | bytes) -> Event:

@@ -113,13 +113,15 @@ class HookScope:
 
     def __init__(self, bus: HookBus) -> None:
         self.bus = bus
-        self._disposers: list[Disposer] = []
+        self._disposers: list[Disposer] | None = None  # made on the first registration
         self.closed = False
 
     def _register(self, kind: str, name: str, fn: Any) -> Disposer:
         if self.closed:
             raise RuntimeError("this scope is closed")
         disposer = self.bus._add(kind, name, fn)
+        if self._disposers is None:
+            self._disposers = []
         self._disposers.append(disposer)
         return disposer
 
@@ -138,8 +140,8 @@ class HookScope:
     def close(self) -> None:
         """Remove every registration made through this scope (idempotent)."""
         self.closed = True
-        disposers, self._disposers = self._disposers, []
-        for dispose in disposers:
+        disposers, self._disposers = self._disposers, None
+        for dispose in disposers or ():
             dispose()
 
 
@@ -150,29 +152,43 @@ class HookChain:
     __slots__ = ("_buses", "_inner", "_many", "_outer")
 
     def __init__(self, *buses: HookBus) -> None:
-        self._buses = buses
         # The common shape, runtime bus + agent bus, is checked without a loop (``has`` runs
-        # several times a step); fewer buses are padded with an empty one.
+        # several times a step) and keeps no tuple (one object less per agent); fewer buses
+        # are padded with an empty one; only three or more are kept as a tuple.
+        self._many = len(buses) > 2
+        self._buses: tuple[HookBus, ...] | None = buses if self._many else None
         if len(buses) < 2:
             buses = (*buses, HookBus(), HookBus())[:2]
         self._outer = buses[0]
         self._inner = buses[1]
-        self._many = len(buses) > 2
+
+    def add_inner(self, bus: HookBus) -> None:
+        """Use ``bus`` as the inner (scoped) bus from now on (made on first scoped use)."""
+        if self._many:
+            raise RuntimeError("a chain of more than two buses has no single inner bus")
+        self._inner = bus
+
+    def _all(self) -> tuple[HookBus, ...]:
+        return self._buses if self._buses is not None else (self._outer, self._inner)
 
     def has(self, kind: str, name: str) -> bool:
         """True when any bus has listeners of ``kind`` for ``name``."""
         if self._many:
-            return any(bus.has(kind, name) for bus in self._buses)
+            return any(bus.has(kind, name) for bus in self._all())
         return self._outer.has(kind, name) or self._inner.has(kind, name)
 
     def any(self, kind: str) -> bool:
         """True when any bus has listeners of ``kind`` for any name (a cheap first check)."""
         if self._many:
-            return any(bus.any(kind) for bus in self._buses)
+            return any(bus.any(kind) for bus in self._all())
         return self._outer.any(kind) or self._inner.any(kind)
 
     def emit(self, name: str, event: Any) -> None:
         """Call the observers of ``name``; a raising observer is logged and isolated."""
+        if self._buses is None:
+            self._outer.emit(name, event)
+            self._inner.emit(name, event)
+            return
         for bus in self._buses:
             bus.emit(name, event)
 
@@ -181,7 +197,7 @@ class HookChain:
     ) -> Any:
         """Run the middleware chain of ``name`` around ``default``."""
         fns: list[Middleware] = []
-        for bus in self._buses:
+        for bus in self._all():
             fns.extend(bus.listeners("waterfall", name))
         if not fns:
             return await default(payload)
@@ -199,6 +215,6 @@ class HookChain:
 
     async def serial(self, name: str, payload: Any) -> None:
         """Await each serial listener of ``name`` in order."""
-        for bus in self._buses:
+        for bus in self._all():
             for fn in bus.listeners("serial", name):
                 await fn(payload)

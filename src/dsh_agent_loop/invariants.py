@@ -24,7 +24,7 @@ It reports, as ``Violation`` records (an empty list means well formed):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import final
 
 import attrs
@@ -55,26 +55,52 @@ class Violation:
 
 def check_messages(messages: Sequence[object]) -> list[str]:
     """Problems that would make ``messages`` an invalid provider request."""
-    problems: list[str] = []
-    outstanding: dict[str, int] = {}
-    for i, message in enumerate(messages):
-        role = message["role"]  # type: ignore[index]
-        content = message["content"]  # type: ignore[index]
-        if role == "tool":
-            call_id = message["call_id"]  # type: ignore[index]
-            if call_id not in outstanding:
-                problems.append(f"message {i}: tool result {call_id!r} follows no open tool call")
-            outstanding.pop(call_id, None)
-            continue
-        if role in ("user", "assistant") and outstanding:
-            ids = ", ".join(sorted(outstanding))
-            problems.append(f"message {i}: {role} message before the results of {ids}")
-            outstanding.clear()
-        if role == "assistant":
-            for block in content:
-                if block["type"] == "tool-call":
-                    outstanding[block["call_id"]] = i
-    return problems
+    scan = _RequestScan()
+    scan.extend(messages, 0)
+    return list(scan.problems)
+
+
+class _RequestScan:
+    """``check_messages`` as a left fold, so a growing history is checked once per message.
+
+    Derived history is append-only between surface replacements: the problems of a prefix never
+    change, so a request point only scans the messages added since the last one (and reports
+    the prefix's problems again, as a from-scratch check of the whole history would).
+    """
+
+    __slots__ = ("checked", "generation", "outstanding", "problems")
+
+    def __init__(self, generation: int = 0) -> None:
+        self.generation = generation
+        self.checked = 0
+        """Messages folded so far."""
+        self.outstanding: dict[str, int] = {}  # call_id -> index of its assistant message
+        self.problems: list[str] = []
+
+    def extend(self, messages: Sequence[object], start: int) -> None:
+        """Fold ``messages[start:]`` (``start`` is the number already folded)."""
+        problems, outstanding = self.problems, self.outstanding
+        for i in range(start, len(messages)):
+            message = messages[i]
+            role = message["role"]  # type: ignore[index]
+            content = message["content"]  # type: ignore[index]
+            if role == "tool":
+                call_id = message["call_id"]  # type: ignore[index]
+                if call_id not in outstanding:
+                    problems.append(
+                        f"message {i}: tool result {call_id!r} follows no open tool call"
+                    )
+                outstanding.pop(call_id, None)
+                continue
+            if role in ("user", "assistant") and outstanding:
+                ids = ", ".join(sorted(outstanding))
+                problems.append(f"message {i}: {role} message before the results of {ids}")
+                outstanding.clear()
+            if role == "assistant":
+                for block in content:
+                    if block["type"] == "tool-call":
+                        outstanding[block["call_id"]] = i
+        self.checked = len(messages)
 
 
 class _Checker:
@@ -90,6 +116,7 @@ class _Checker:
         self.requested: set[str] = set()  # calls deferred for approval in this turn
         self.carried: dict[str, int] = {}  # pending calls -> seq of their tool/call
         self.decided: set[str] = set()
+        self.requests = _RequestScan()
 
     def add(self, kind: str, seq: int | None, message: str) -> None:
         self.out.append(Violation(kind, seq, message))
@@ -103,7 +130,11 @@ class _Checker:
             return
         if event.surface_op is not None and event.type not in SURFACE_TYPES:
             self.add("surface-op", event.seq, f"surface_op on {event.type}")
-        getattr(self, "_" + event.type.replace("/", "_").replace("-", "_"), self._other)(event)
+        handler = _HANDLERS.get(event.type)
+        if handler is None:
+            name = "_" + event.type.replace("/", "_").replace("-", "_")
+            handler = _HANDLERS[event.type] = getattr(_Checker, name, _Checker._other)
+        handler(self, event)
         if event.type in SURFACE_TYPES:
             try:
                 self.surface.fold(event)
@@ -182,7 +213,12 @@ class _Checker:
         self._request_point(event)
 
     def _request_point(self, event: Event) -> None:
-        for problem in check_messages(self.surface.messages()):
+        messages = self.surface.messages()
+        scan = self.requests
+        if scan.generation != self.surface.generation or scan.checked > len(messages):
+            scan = self.requests = _RequestScan(self.surface.generation)  # history was replaced
+        scan.extend(messages, scan.checked)
+        for problem in scan.problems:
             self.add("request", event.seq, problem)
 
     def _tool_call(self, event: Event) -> None:
@@ -231,6 +267,10 @@ class _Checker:
         if self.turn is not None and not open_turn_allowed:
             self.add("turn", self.turn_seq, f"turn {self.turn} has no turn/end")
         return self.out
+
+
+#: ``_Checker`` handler by event type (looked up once per type, not once per event).
+_HANDLERS: dict[str, Callable[[_Checker, Event], None]] = {}
 
 
 def check(events: Sequence[Event], *, allow_open_turn: bool = True) -> list[Violation]:

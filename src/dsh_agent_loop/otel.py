@@ -1,18 +1,22 @@
 """OpenTelemetry traces of turns, model attempts and tool calls (GenAI semantic conventions).
 
 Tracing is an observer of the hook bus, never a step of the turn machine: ``trace_runtime``
-registers ``on`` observers of ``session/event`` (every committed durable event, in log order)
-and of ``agent/disposed`` on the runtime's bus. A runtime without tracing registers nothing, so
+registers ``on`` observers of ``session/event`` (every committed durable event, in log order),
+of ``agent/attempt-start`` (published only while someone listens) and of ``agent/disposed`` on
+the runtime's bus. A runtime without tracing registers nothing, so
 its agents pay nothing; importing ``dsh_agent_loop`` never imports this module (``open_runtime``
 imports it only when tracing is asked for), so a plain install needs no ``opentelemetry``.
 
 The span tree follows the log, not the tasks: ``invoke_agent {agent}`` spans ``turn/start`` to
-``turn/end``; ``chat {model}`` spans one model attempt, from ``step/start`` (or the end of the
-attempt before it, so a retried attempt's span includes its backoff) to its ``assistant/message``
-or ``assistant/attempt``; ``execute_tool {tool}`` spans ``tool/call`` to ``tool/result``. Events
-reach observers only after their commit, so every span is started and ended with explicit
-timestamps taken from ``Event.time`` (the runtime's clock, mapped onto the epoch when it is not
-the wall clock) and an explicit parent context: no context variable crosses a trio task. A turn
+``turn/end``; ``chat {model}`` spans one model attempt, from its ``agent/attempt-start`` (so a
+retried attempt's span does not include the backoff before it) to its ``assistant/message`` or
+``assistant/attempt``; ``execute_tool {tool}`` spans ``tool/call`` to ``tool/result``. Events
+reach observers only after their commit (an attempt's start is live, so it is kept by position
+until its end commits), so every span is started and ended with explicit timestamps taken from
+``Event.time`` (the runtime's clock, mapped onto the epoch when it is not the wall clock) and an
+explicit parent context: no context variable crosses a trio task. The provider's
+``response: {model?, id?}`` of an ``assistant/message`` becomes ``gen_ai.response.model`` and
+``gen_ai.response.id``. A turn
 whose ``turn/end`` never commits (its agent was disposed after a store failure) has its spans
 ended, with an error status, when ``agent/disposed`` arrives.
 """
@@ -33,6 +37,7 @@ from .events import (
     AGENT_DISPOSED,
     ASSISTANT_ATTEMPT,
     ASSISTANT_MESSAGE,
+    ATTEMPT_START,
     REQUEST_CONTEXT,
     REQUEST_HEADER,
     SESSION_EVENT,
@@ -142,6 +147,8 @@ class _Tracing:
         self._capture = capture_content
         self._offset = _wall_offset(rt.clock)
         self._sessions: dict[str, _SessionTrace] = {}
+        self._attempt_starts: dict[str, dict[tuple[int, int, int], int]] = {}
+        """Agent id → (turn, step, attempt) → when that attempt began, until its span is made."""
         self._handlers: dict[str, Callable[[_SessionTrace, Event], None]] = {
             TURN_START: self._turn_start,
             TURN_END: self._turn_end,
@@ -172,8 +179,17 @@ class _Tracing:
             )
         handler(session, event)
 
+    def on_attempt_start(self, note: Event) -> None:
+        """``agent/attempt-start``: remember when the attempt began (its end commits later)."""
+        data = note.data
+        starts = self._attempt_starts.get(data["agent_id"])
+        if starts is None:
+            starts = self._attempt_starts[data["agent_id"]] = {}
+        starts[data["turn"], data["step"], data["attempt"]] = self._ns(note)
+
     def on_agent_disposed(self, note: Event) -> None:
         """``agent/disposed``: end what the agent left open (a ``turn/end`` that never came)."""
+        self._attempt_starts.pop(note.data["agent_id"], None)
         session = self._sessions.pop(note.data["session_id"], None)
         if session is not None and session.turn is not None:
             self._close_turn(session.turn, None, "DISPOSED", "the agent was disposed mid-turn")
@@ -209,6 +225,11 @@ class _Tracing:
 
     def _turn_end(self, session: _SessionTrace, event: Event) -> None:
         turn, session.turn = session.turn, None
+        starts = self._attempt_starts.get(session.agent_id)
+        if starts:  # attempts cancelled before they recorded anything
+            number = event.data["turn"]
+            for key in [k for k in starts if k[0] == number]:
+                del starts[key]
         if turn is None:
             return
         reason = event.data.get("reason") or {}
@@ -280,12 +301,19 @@ class _Tracing:
         if error is not None:
             attributes["error.type"] = error[0]
         end = self._ns(event)
+        start = turn.attempt_start  # without its attempt-start: the step's start or last end
+        starts = self._attempt_starts.get(session.agent_id)
+        if starts:
+            data = event.data
+            start = starts.pop(
+                (data["turn"], data["step"], data["stream"].get("attempt", 1)), start
+            )
         span = self._tracer.start_span(
             f"chat {session.model}" if session.model else "chat",
             context=turn.context,
             kind=SpanKind.CLIENT,
             attributes=attributes,
-            start_time=turn.attempt_start,
+            start_time=start,
         )
         if error is not None:
             code, message = error
@@ -324,6 +352,12 @@ class _Tracing:
             attributes["gen_ai.usage.output_tokens"] = usage["output_tokens"]
             turn.input_tokens += usage["input_tokens"]
             turn.output_tokens += usage["output_tokens"]
+        response = data.get("response")
+        if response is not None:
+            if "model" in response:
+                attributes["gen_ai.response.model"] = response["model"]
+            if "id" in response:
+                attributes["gen_ai.response.id"] = response["id"]
         if self._capture:
             attributes["gen_ai.output.messages"] = _messages_json((data["message"],))
         error = (
@@ -412,6 +446,7 @@ def trace_runtime(
     tracing = _Tracing(rt, tracer, capture_content)
     disposers = (
         rt.hooks.on(SESSION_EVENT, tracing.on_session_event),
+        rt.hooks.on(ATTEMPT_START, tracing.on_attempt_start),
         rt.hooks.on(AGENT_DISPOSED, tracing.on_agent_disposed),
     )
 

@@ -32,10 +32,13 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 import trio
 
+from ._gc import GcFreezer
+from .agent.delegate import delegate_tool
 from .agent.driver import Agent, AgentScope, Services
 from .agent.lifecycle import Agents, Setup
-from .agent.options import AgentOptions
+from .agent.options import AgentOptions, CompactionPolicy
 from .config import AgentEntry, RuntimeConfig, Settings, load_config
+from .config.compaction import CompactionConfig
 from .config.tools import agent_tools, runtime_tools
 from .errors import AgentLoopError
 from .events import CONFIG_START_FAILED, make_event
@@ -121,7 +124,10 @@ class Runtime:
         clock: Callable[[], float],
         rng: random.Random,
         config: RuntimeConfig,
+        compaction: CompactionPolicy | None = None,
     ) -> None:
+        if compaction is not None:
+            compaction.validate()
         self.store = store
         self.router = router
         self.hooks = HookBus()
@@ -134,6 +140,7 @@ class Runtime:
         self.start_failures: list[StartFailure] = []
         self.mcp: McpServers | None = None
         """The MCP server connections (set when the runtime opens)."""
+        self._gc = GcFreezer()
         self._services = Services(
             router=router,
             hooks=self.hooks,
@@ -144,6 +151,7 @@ class Runtime:
             turn_budget=lambda: settings.turn_budget,
             clock=clock,
             rng=rng,
+            compaction=compaction,
         )
         self.commit_timer = CommitTimer()
         """Commits what sessions left pending without a flush barrier (group commit)."""
@@ -154,6 +162,12 @@ class Runtime:
             nursery=nursery,
             timer=self.commit_timer,
         )
+        self.subagents: dict[str, tuple[AgentOptions, Setup | None]] = {}
+        """Declared sub-agents (config ``subagents``) by id: ``delegate_tool(rt, id)`` names one."""
+        for sub in config.plugin.subagents:
+            self.subagents[sub.id] = _options_from_entry(sub.agent_entry())
+            tool = delegate_tool(self, sub.id, name=sub.tool, description=sub.description)
+            self.tools.setdefault(tool.name, tool)  # a tool given to open_runtime wins
 
     def add_tool(self, tool: Tool) -> Callable[[], None]:
         """Register a runtime tool; returns a disposer."""
@@ -164,6 +178,15 @@ class Runtime:
                 del self.tools[tool.name]
 
         return dispose
+
+    def gc_freeze(self) -> int:
+        """Collect, then ``gc.freeze()``: later collections skip every object alive now.
+
+        Call it after creating many long-lived agents, so the collector stops rescanning them
+        (``docs/scale.md``). Returns the number of objects frozen. When the runtime closes it
+        calls ``gc.unfreeze()``, unless objects were already frozen before its first freeze.
+        """
+        return self._gc.freeze()
 
     def statistics(self) -> RuntimeStatistics:
         """A snapshot of the runtime's counters; work and token totals sum the live agents'."""
@@ -176,8 +199,13 @@ class Runtime:
             **{name: sum(getattr(s, name) for s in agents) for name in _SUMMED},
         )
 
-    async def start_declared_agents(self, mcp: McpServers | None = None) -> None:
-        """Start the MCP servers, then the agents declared; failures go to ``start_failures``."""
+    async def start_declared_agents(
+        self, mcp: McpServers | None = None, *, gc_freeze: bool = False
+    ) -> None:
+        """Start the MCP servers, then the agents declared; failures go to ``start_failures``.
+
+        ``gc_freeze``: then ``self.gc_freeze()`` (``open_runtime(gc_freeze=True)``).
+        """
         if mcp is not None:
             await self._start_mcp_servers(mcp)
         for entry in self.config.agents:
@@ -202,6 +230,8 @@ class Runtime:
                     )
                     for fn in self.hooks.listeners("on", CONFIG_START_FAILED):
                         call_observer(fn, CONFIG_START_FAILED, event)
+        if gc_freeze:
+            self.gc_freeze()
 
     async def _start_mcp_servers(self, mcp: McpServers) -> None:
         """Start the MCP servers; their tools become runtime tools, their failures entries."""
@@ -262,8 +292,13 @@ def _options_from_entry(entry: AgentEntry) -> tuple[AgentOptions, Setup | None]:
         tools=names,  # type: ignore[arg-type]  # attrs plugin: optional(tuple) stays generic
         turn_budget=entry.turn_budget,
         require_approval=entry.require_approval,
+        compaction=_policy(entry.compaction),
     )
     return options, add_tools if listed.tools else None
+
+
+def _policy(entry: CompactionConfig | None) -> CompactionPolicy | None:
+    return None if entry is None else entry.policy()
 
 
 def _providers_from_config(config: RuntimeConfig) -> dict[str, ModelAdapter]:
@@ -311,6 +346,8 @@ async def open_runtime(
     tracer_provider: TracerProvider | None = None,
     otel_capture_content: bool = False,
     mcp_servers: Iterable[McpServer] = (),
+    compaction: CompactionPolicy | None = None,
+    gc_freeze: bool = False,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime; every agent it starts lives and dies inside this block.
 
@@ -328,19 +365,16 @@ async def open_runtime(
             provider (extra ``otel``; the config's ``otel`` key uses the global provider).
         otel_capture_content: Record message content on the spans (default off).
         mcp_servers: MCP servers whose tools become runtime tools (``docs/mcp.md``).
+        gc_freeze: ``rt.gc_freeze()`` once the declared agents started (``docs/scale.md``).
+        compaction: Every agent's compaction policy unless its options set one (wins over the
+            config's ``compaction``; ``docs/context.md``).
 
     Raises:
         ConfigError: invalid configuration (before any store is opened).
     """
-    explicit = dict(providers or {})
-    explicit_tools = {t.name: t for t in tools}
-    cfg = load_config(config, known_providers=explicit.keys(), known_tools=explicit_tools)
-    live_settings = Settings(
-        cfg.plugin, user=settings, max_parallel_tool_calls=max_parallel_tool_calls
+    cfg, live_settings, the_store, router, runtime_tools = _parts(
+        config, store, providers, tools, settings, max_parallel_tool_calls
     )
-    the_store = store if store is not None else _store_from_config(cfg)
-    adapters = {**_providers_from_config(cfg), **_adapters_from_arguments(explicit)}
-    router = ModelRouter(adapters)
     body_error: BaseException | None = None
     timer_scope = trio.CancelScope(shield=True)
     try:
@@ -351,16 +385,17 @@ async def open_runtime(
                         nursery=agents,
                         store=the_store,
                         router=router,
-                        tools=_tools_from_config(cfg, explicit_tools),
+                        tools=runtime_tools,
                         settings=live_settings,
                         clock=clock or time.time,
                         rng=random.Random(seed),
                         config=cfg,
+                        compaction=compaction or _policy(cfg.plugin.compaction),
                     )
                     _trace(rt, tracer_provider, otel_capture_content)
                     root.start_soon(_run_timer, rt.commit_timer, timer_scope)
                     try:
-                        await rt.start_declared_agents(mcp)
+                        await rt.start_declared_agents(mcp, gc_freeze=gc_freeze)
                         yield rt
                     except BaseException as exc:
                         body_error = exc
@@ -377,6 +412,36 @@ async def open_runtime(
         leaving = body_error
     if leaving is not None:
         raise leaving  # outside the handler: the body's exception keeps its own context
+
+
+def _parts(
+    config: RuntimeConfig | str | Mapping[str, Any] | None,
+    store: SessionStore | None,
+    providers: Mapping[str, ModelAdapter | OpenAIProvider | AnthropicProvider] | None,
+    tools: Iterable[Tool],
+    settings: Mapping[str, Any] | None,
+    max_parallel_tool_calls: int | None,
+) -> tuple[RuntimeConfig, Settings, SessionStore, ModelRouter, dict[str, Tool]]:
+    """What ``open_runtime`` builds before it opens anything: config, settings, store, router.
+
+    Raises:
+        ConfigError: invalid configuration.
+    """
+    explicit = dict(providers or {})
+    explicit_tools = {t.name: t for t in tools}
+    cfg = load_config(config, known_providers=explicit.keys(), known_tools=explicit_tools)
+    live_settings = Settings(
+        cfg.plugin, user=settings, max_parallel_tool_calls=max_parallel_tool_calls
+    )
+    the_store = store if store is not None else _store_from_config(cfg)
+    adapters = {**_providers_from_config(cfg), **_adapters_from_arguments(explicit)}
+    return (
+        cfg,
+        live_settings,
+        the_store,
+        ModelRouter(adapters),
+        _tools_from_config(cfg, explicit_tools),
+    )
 
 
 def _trace(rt: Runtime, provider: TracerProvider | None, capture_content: bool) -> None:
@@ -398,6 +463,7 @@ async def _end_agents(rt: Runtime, agents: trio.Nursery) -> None:
         # Whatever teardown overran: its task's final commit is bounded.
         rt.agents.cancel_remaining()
         agents.cancel_scope.cancel()
+        rt._gc.release()  # what the runtime froze is the collector's again
 
 
 def _open_mcp(

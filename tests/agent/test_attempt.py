@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dsh_agent_loop import Reply
 from dsh_agent_loop.agent.attempt import Attempt
+from dsh_agent_loop.agent.driver import Agent
 from dsh_agent_loop.agent.turn import Turn
 from dsh_agent_loop.llm.assemble import FOLD_CHUNK, Assembler
 from dsh_agent_loop.llm.base import BlockEnd, BlockStart, TextDelta, ToolCallDelta
@@ -61,3 +64,29 @@ async def test_a_cut_stream_keeps_the_delivered_prefix_and_returns_whole_calls(a
         assert [b["type"] for b in content] == ["text", "tool-call"]
         assert content[0]["text"] == "Hel"
         assert [c["call_id"] for c in calls] == ["c1"]
+
+
+async def test_attempt_start_is_published_to_listeners_only(autojump_clock, monkeypatch):
+    notified: list[str] = []
+    notify = Agent.notify
+
+    def spy(self: Any, event_type: str, data: Any) -> None:
+        notified.append(event_type)
+        notify(self, event_type, data)
+
+    monkeypatch.setattr(Agent, "notify", spy)
+    async with harness([Reply.error("HTTP_5XX", "busy"), Reply.text("hi")]) as h:
+        await h.run()
+        assert "agent/attempt-start" not in notified  # nobody listened: nothing was built
+        seen: list[Any] = []
+        h.rt.hooks.on("agent/attempt-start", seen.append)
+        h.model.add(Reply.error("HTTP_5XX", "busy"), Reply.text("again"))
+        await h.run()
+    assert [
+        (e.data["agent_id"], e.data["turn"], e.data["step"], e.data["attempt"]) for e in seen
+    ] == [
+        ("main", 2, 1, 1),
+        ("main", 2, 1, 2),
+    ]
+    failed = [e for e in h.events if e.type == "assistant/attempt" and e.data["turn"] == 2]
+    assert seen[0].time <= failed[0].time < seen[1].time  # the retry starts after the backoff

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,7 +23,10 @@ from dsh_agent_loop.session.projections import InboxProjection
 def new_inbox():
     session = Session({"session_id": "s"}, clock=lambda: 0.0)
     notes = []
-    inbox = Inbox(session, lambda kind, data: notes.append((kind, data["message"]["id"])))
+    inbox = Inbox(
+        session,
+        SimpleNamespace(notify=lambda kind, data: notes.append((kind, data["message"]["id"]))),
+    )
     return session, inbox, notes
 
 
@@ -341,8 +345,6 @@ ID_READS = [0]
 class CountedMessage(FrozenDict):
     """A message that counts how often anything reads its fields."""
 
-    __slots__ = ()
-
     def __getitem__(self, key: str) -> Any:
         ID_READS[0] += 1
         return super().__getitem__(key)
@@ -399,7 +401,7 @@ def test_replaying_twenty_thousand_splices_rebuilds_the_inbox():
         f"m-{i}" for i in range(10_001, 20_001)
     ]
     assert rebuilt.inbox.max_id == 20_000
-    again = Inbox(rebuilt, lambda kind, data: None)
+    again = Inbox(rebuilt, SimpleNamespace(notify=lambda kind, data: None))
     with pytest.raises(ValueError, match='message "m-20000" is already pending'):
         again.insert("dup", message_id="m-20000")
     assert again.insert("next") == "m-20001"

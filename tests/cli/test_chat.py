@@ -122,3 +122,24 @@ def test_chat_reads_piped_lines_without_a_config(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "(echo) hello echo" in done.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_compact_summarises_the_older_turns(tmp_path: Path) -> None:
+    config = QUICK.replace(
+        "      agents:\n", "      compaction: {keepRecentTurns: 1}\n      agents:\n"
+    )
+    (tmp_path / "chat.yaml").write_text(config, encoding="utf-8")
+    lines = "/compact\none\ntwo\n/compact keep numbers\n/session\n/exit\n"
+    done = cli("chat", "chat.yaml", cwd=tmp_path, stdin=lines)
+    assert done.returncode == 0, done.stderr
+    assert "nothing to compact yet" in done.stdout
+    assert "compacted seqs" in done.stdout
+    session_id = done.stdout.split("session ")[-1].split()[0]
+    events = exported(tmp_path, session_id)
+    summaries = [
+        e
+        for e in events
+        if e["type"] == "user/message" and e["data"]["message"].get("source") == "compaction"
+    ]
+    assert len(summaries) == 1
+    assert summaries[0]["surface_op"]["op"] == "replace"

@@ -170,3 +170,58 @@ def test_store_and_config_options_stand_anywhere(workdir: Path) -> None:
     assert a.returncode == b.returncode == 0
     assert a.stdout == b.stdout
     assert not (workdir / "sessions.db").exists()
+
+
+def _jsonl_session(directory: Path, session_id: str, created: str, **links: object) -> None:
+    header = {
+        "session_id": session_id,
+        "agent_id": session_id.split("-")[0],
+        "created_at": created,
+        "format_version": 1,
+        **links,
+    }
+    seed = event_to_json(Event("session/end-seed", 0, 0.0, {}))
+    (directory / f"{session_id}.jsonl").write_text(
+        json.dumps(header) + "\n" + seed + "\n", encoding="utf-8"
+    )
+
+
+def test_list_tree_puts_children_and_forks_under_their_origin(tmp_path: Path) -> None:
+    store = tmp_path / "tree"
+    store.mkdir()
+    _jsonl_session(store, "main-1", "2026-01-01T00:00:01")
+    _jsonl_session(store, "helper-1", "2026-01-01T00:00:02", parent_session_id="main-1")
+    _jsonl_session(store, "deep-1", "2026-01-01T00:00:03", parent_session_id="helper-1")
+    _jsonl_session(
+        store, "fork-1", "2026-01-01T00:00:04", forked_from={"session_id": "main-1", "at_seq": 1}
+    )
+    _jsonl_session(store, "orphan-1", "2026-01-01T00:00:05", parent_session_id="gone")
+    _jsonl_session(store, "other-1", "2026-01-01T00:00:00")
+    done = cli("sessions", "list", "--tree", "--store", "jsonl:///tree", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split("\t") for line in done.stdout.splitlines()]
+    assert [(r[0], r[-1]) for r in rows] == [
+        ("other-1", "-"),
+        ("main-1", "-"),
+        ("  helper-1", "child"),
+        ("    deep-1", "child"),
+        ("  fork-1", "fork of main-1@1"),
+        ("orphan-1", "child"),
+    ]
+    flat = cli("sessions", "list", "--store", "jsonl:///tree", cwd=tmp_path)
+    assert [line.split("\t")[0] for line in flat.stdout.splitlines()] == [
+        "other-1",
+        "main-1",
+        "helper-1",
+        "deep-1",
+        "fork-1",
+        "orphan-1",
+    ]
+    term = Terminal("sessions", "list", "--tree", "--store", "jsonl:///tree", cwd=tmp_path)
+    try:
+        assert term.wait() == 0
+    finally:
+        term.close()
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", term.output)
+    assert re.search(r"^SESSION +AGENT +EVENTS +LAST TURN END +LINK", shown, re.MULTILINE)
+    assert re.search(r"^    deep-1 +deep +1 +- +child\r?$", shown, re.MULTILINE), shown

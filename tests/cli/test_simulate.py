@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import gc
+import io
 import json
 from pathlib import Path
 
-from dsh_agent_loop.cli._simulate import SimSummary, exit_code
+from rich.console import Console
+
+from dsh_agent_loop.cli._simulate import SimOptions, SimSummary, exit_code, run_simulation
 
 from .helpers import cli
 
@@ -34,6 +38,9 @@ def test_300_agents_on_sqlite(tmp_path: Path) -> None:
     assert summary["steps"] == 600  # one tool step and one text step per turn
     assert summary["steps_per_s"] > 0
     assert summary["mb_per_agent"] > 0
+    assert summary["check_s"] > 0
+    assert summary["close_s"] > 0
+    assert "logs read back and checked in" in out
     listed = cli("sessions", "list", "--store", "sqlite:///sim.db", cwd=tmp_path)
     rows = [line.split("\t") for line in listed.stdout.splitlines()]
     assert len(rows) == 300
@@ -95,6 +102,8 @@ def test_memory_store_and_exit_code_rules(tmp_path: Path) -> None:
         steps=1,
         wall_s=1.0,
         create_s=0.1,
+        close_s=0.1,
+        check_s=0.1,
         steps_per_s=1.0,
         step_p50_ms=1.0,
         step_p99_ms=1.0,
@@ -109,3 +118,44 @@ def test_memory_store_and_exit_code_rules(tmp_path: Path) -> None:
     assert exit_code(SimSummary(**{**base, "violations": 2})) == 1
     # SPEC §17: exit 1 only on violations; turns that did not complete are reported, not failed
     assert exit_code(SimSummary(**{**base, "turns_completed": 0})) == 0
+
+
+async def test_the_simulation_pauses_the_collector_freezes_its_agents_and_restores_it(
+    monkeypatch,
+) -> None:
+    from dsh_agent_loop import MemoryStore
+    from dsh_agent_loop.runtime import Runtime
+
+    freezes = []
+    original = Runtime.gc_freeze
+
+    def spying(self: Runtime) -> int:
+        freezes.append((len(self.agents.list()), gc.isenabled()))
+        return original(self)
+
+    monkeypatch.setattr(Runtime, "gc_freeze", spying)
+    gc.unfreeze()
+    before = (gc.get_threshold(), gc.isenabled(), gc.get_freeze_count())
+    assert before[1]
+    console = Console(file=io.StringIO())
+    options = SimOptions(agents=25, tools=2)
+    summary = await run_simulation(options, MemoryStore(), "memory:", {}, console)
+    assert summary.ok
+    assert summary.steps == 75
+    assert freezes == [(25, False)]  # once all agents exist, with the collector paused
+    assert (gc.get_threshold(), gc.isenabled(), gc.get_freeze_count()) == before
+
+
+async def test_a_disabled_collector_stays_disabled() -> None:
+    from dsh_agent_loop import MemoryStore
+
+    gc.disable()
+    try:
+        options = SimOptions(agents=3, tools=1)
+        summary = await run_simulation(
+            options, MemoryStore(), "memory:", {}, Console(file=io.StringIO())
+        )
+        assert summary.ok
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

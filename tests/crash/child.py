@@ -164,14 +164,16 @@ async def main() -> None:
             # This process only: no flush waits for a commit, however the loop reaches it.
             Agent.flush = no_barrier  # type: ignore[method-assign]
             SessionWriter.flush = no_barrier  # type: ignore[method-assign]
-            appended = log.on_append
+            writer = log.waker
+            assert writer is not None
 
-            def on_append() -> None:
-                for event in log._pending:
-                    say(f"ACK {event.seq} {event.type}")
-                appended()
+            class AckOnAppend:
+                def wake(self) -> None:
+                    for event in log._pending:
+                        say(f"ACK {event.seq} {event.type}")
+                    writer.wake()
 
-            log.on_append = on_append
+            log.waker = AckOnAppend()
         say("READY")
         for i in itertools.count():
             agent.followup(f"task {i}")

@@ -435,9 +435,9 @@ CASES: dict[str, Case] = {
         status=404,
         says="model not found",
     ),
-    "400 with the provider's message": err(
+    "400 context overflow, with the provider's message": err(
         error_reply(400, {"error": {"message": "maximum context length is 128000 tokens"}}),
-        code="HTTP_4XX",
+        code="CONTEXT_OVERFLOW",
         status=400,
         says="maximum context length is 128000 tokens",
     ),

@@ -501,3 +501,18 @@ def test_recorded_overloaded_stream_ends_in_a_transient_error() -> None:
     assert isinstance(finish, Finish)
     assert finish.failure is not None
     assert finish.failure.code == "HTTP_5XX"
+
+
+def test_the_finish_carries_the_message_model_and_id() -> None:
+    decoder = AnthropicStreamDecoder()
+    message = {"id": "msg_01", "model": "claude-x", "role": "assistant", "usage": {}}
+    feed(decoder, ev("message_start", message=message), message_delta("end_turn"))
+    (finish,) = decoder.end()[-1:]
+    assert isinstance(finish, Finish)
+    assert (finish.model, finish.response_id) == ("claude-x", "msg_01")
+    odd = AnthropicStreamDecoder()
+    message = {"id": 5, "model": None, "role": "assistant", "usage": {}}
+    feed(odd, ev("message_start", message=message), message_delta("end_turn"))
+    (finish,) = odd.end()[-1:]
+    assert isinstance(finish, Finish)
+    assert (finish.model, finish.response_id) == (None, None)  # wrong types are ignored

@@ -449,7 +449,7 @@ STREAM_CASES: dict[str, tuple[Reply, list[Chunk | Err]]] = {
         Reply.error(404, {"error": {"message": "model not found"}}),
         [Err("HTTP_4XX", 404, says="model not found")],
     ),
-    "400 with the provider's message": (
+    "400 context overflow, with the provider's message": (
         Reply.error(
             400,
             {
@@ -459,7 +459,7 @@ STREAM_CASES: dict[str, tuple[Reply, list[Chunk | Err]]] = {
                 }
             },
         ),
-        [Err("HTTP_4XX", 400, says="maximum context length is 128000 tokens")],
+        [Err("CONTEXT_OVERFLOW", 400, says="maximum context length is 128000 tokens")],
     ),
     "422 with a text body": (
         Reply.error(422, "unprocessable"),

@@ -476,3 +476,44 @@ async def test_a_consumer_stopping_early_closes_the_response(
         while server.hung_up == 0:
             await trio.lowlevel.checkpoint()  # the server sees the client's close
     assert server.hung_up == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (
+            400,
+            {
+                "error": {
+                    "message": "This model's maximum context length is 65536 tokens. However, "
+                    "you requested 70000 tokens. Please reduce the length of the messages.",
+                    "type": "invalid_request_error",
+                }
+            },
+        ),
+        (400, {"error": {"message": "too long", "code": "context_length_exceeded"}}),
+        (
+            400,
+            {
+                "type": "error",
+                "error": {
+                    "type": "invalid_request_error",
+                    "message": "prompt is too long: 208310 tokens > 200000 maximum",
+                },
+            },
+        ),
+        (413, "request exceeds the model's context window"),
+    ],
+)
+def test_a_context_overflow_answer_is_its_own_code(status: int, body: Any) -> None:
+    raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+    failure = status_failure(status, httpx.Headers(), raw, key_env=None)
+    assert failure.code == "CONTEXT_OVERFLOW"
+    assert failure.status == status
+
+
+def test_other_client_errors_stay_http_4xx() -> None:
+    raw = json.dumps({"error": {"message": "Invalid value for temperature"}}).encode()
+    assert status_failure(400, httpx.Headers(), raw, key_env=None).code == "HTTP_4XX"
+    overflowish = json.dumps({"error": {"message": "context window"}}).encode()
+    assert status_failure(500, httpx.Headers(), overflowish, key_env=None).code == "HTTP_5XX"

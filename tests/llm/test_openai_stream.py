@@ -584,3 +584,19 @@ def test_recorded_streams_give_well_formed_blocks(name: str) -> None:
     assert isinstance(finish, Finish)
     assert finish.failure is None
     assert (finish.reason == "tool-calls") == bool(arguments)
+
+
+def test_the_finish_carries_the_first_reported_model_and_id() -> None:
+    decoder = OpenAIStreamDecoder()
+    feed(decoder, frame({"content": "a"}, id=7, model=""))  # wrong type, empty: not kept
+    feed(decoder, frame({"content": "b"}, id="chatcmpl-1", model="gpt-4o-2024-08-06"))
+    feed(decoder, frame({}, "stop", id="chatcmpl-2", model="other"))
+    (finish,) = decoder.end()
+    assert isinstance(finish, Finish)
+    assert (finish.model, finish.response_id) == ("gpt-4o-2024-08-06", "chatcmpl-1")
+    assert finish == Finish("stop", stop_reason="stop")  # not part of equality
+    bare = OpenAIStreamDecoder()
+    feed(bare, frame({"content": "a"}), frame({}, "stop"))
+    (finish,) = bare.end()
+    assert isinstance(finish, Finish)
+    assert (finish.model, finish.response_id) == (None, None)

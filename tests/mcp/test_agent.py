@@ -62,3 +62,40 @@ async def test_cancelling_the_turn_cancels_the_call_on_the_server(tmp_path: Path
         assert_well_formed(events)
         assert len(model.requests) == 1
     assert process_gone(pid)
+
+
+async def test_a_list_change_starts_a_new_request_series(tmp_path: Path) -> None:
+    model = ScriptedModel(
+        [
+            Reply.tool_calls(("t__grow", {}, "c1")),
+            Reply.text("grown"),
+            Reply.tool_calls(("t__late", {}, "c2")),
+            Reply.text("done"),
+        ]
+    )
+    async with open_runtime(
+        providers={"scripted": model}, mcp_servers=[stdio_server(tmp_path)]
+    ) as rt:
+        handle = await rt.agents.create(options=OPTIONS)
+        with trio.fail_after(PROCESS_WAIT):
+            await handle.agent.run("grow")
+            while "t__late" not in rt.tools:  # the refresh follows the notification
+                await trio.sleep(0.01)
+            await handle.agent.run("use the new tool")
+        events = handle.agent.session.events
+        assert_well_formed(events)
+        assert [r["message"]["content"][0]["text"] for r in results(events)] == [  # type: ignore[index]
+            "grown",
+            "late tool",
+        ]
+    offered = [[t["name"] for t in request.tools] for request in model.requests]
+    assert "t__late" not in offered[0]
+    assert "t__late" in offered[-1]
+    headers = [plain(e.data) for e in events if e.type == "request/header"]
+    first, *changed = headers
+    assert first["reason"] == "initial"
+    # Exactly one new series: the first request that offered the new tool started it.
+    (change,) = changed
+    assert change["reason"] == "change"
+    assert change["starts_series"] is True
+    assert "t__late" in [t["name"] for t in change["header"]["tools"]]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import trio
 
 from dsh_agent_loop import open_runtime
-from dsh_agent_loop.mcp import McpServer, McpStartError, open_mcp_servers
+from dsh_agent_loop.mcp import McpServer, McpStartError, connection, open_mcp_servers
 from dsh_agent_loop.mcp.connection import STDERR_TAIL
 from dsh_agent_loop.tools.base import ToolResult
 
@@ -146,3 +147,23 @@ async def test_without_servers_nothing_is_opened() -> None:
     async with open_runtime() as rt:
         assert rt.mcp is not None
         assert rt.mcp.connections == {}
+
+
+@pytest.mark.parametrize(
+    ("version", "says"),
+    [
+        (None, "the MCP SDK is not installed (pip install 'dsh-agent-loop[mcp]')"),
+        ("1.26.0", "mcp 1.26.0 is installed, and MCP servers need mcp>=2"),
+    ],
+)
+async def test_a_missing_or_old_sdk_is_a_start_failure_that_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str | None, says: str
+) -> None:
+    monkeypatch.setattr(connection, "_sdk_version", lambda: version)
+    async with open_runtime(mcp_servers=[stdio_server(tmp_path)]) as rt:
+        (failure,) = rt.start_failures
+        assert failure.agent_id == "mcpServers.t"
+        assert isinstance(failure.error, McpStartError)
+        assert says in str(failure.error)
+        assert not any(n.startswith("t__") for n in rt.tools)
+    assert not (tmp_path / "pid").exists()  # no process was started

@@ -210,7 +210,7 @@ def test_incremental_derivation_equals_naive_recomputation(ops):
         views.append((len(session), view, list(view)))
         assert list(view) == naive_messages(session.events)
         expected_nodes = [e for e in session.surface.entries if e.type == "system/message"]
-        assert session.surface.system_nodes == expected_nodes
+        assert list(session.surface.system_nodes) == expected_nodes
     # earlier views never change, whatever came later
     for n, view, snapshot in views:
         assert list(view) == snapshot

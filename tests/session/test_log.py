@@ -94,10 +94,15 @@ def test_pending_events_are_taken_once_by_the_writer():
     assert len(session) == 3  # taking pending events does not remove them from the log
 
 
-def test_on_append_wakes_the_writer_on_the_first_pending_event_and_at_the_wake_limit():
+def test_appends_wake_the_writer_on_the_first_pending_event_and_at_the_wake_limit():
     session = new_session()
     wakes: list[int] = []
-    session.on_append = lambda: wakes.append(len(session))
+
+    class Writer:
+        def wake(self) -> None:
+            wakes.append(len(session))
+
+    session.waker = Writer()
     session.wake_limit = 3
     for _ in range(4):
         session.add("turn/start", freeze({"turn": 1}))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -75,3 +77,64 @@ def test_pending_list_reads_like_a_list(splices_, start, stop, step):
         else:
             with pytest.raises(IndexError):
                 pending[index]
+    assert list(reversed(pending)) == model[::-1]
+    assert isinstance(pending, Sequence)
+    for message in model[:3]:
+        assert message in pending
+        assert pending.index(message) == model.index(message)
+        assert pending.count(message) == 1
+    assert FrozenDict(id="nobody") not in pending
+    with pytest.raises(ValueError, match="not pending"):
+        pending.index(FrozenDict(id="nobody"))
+    assert not gc.is_tracked(pending)
+    if not model:
+        assert pending._items == ()  # empty again: the shared empty tuple, no list
+
+
+def test_an_idle_inbox_and_loop_state_are_not_tracked_by_the_collector():
+    session = Session({"session_id": "s"}, clock=lambda: 0.0)
+    queued = user_message("m-1", "x")
+    session.append(
+        Event(
+            "agent/inbox/spliced",
+            None,
+            0.0,
+            {"target": "next-turn", "start": 0, "removed_count": 0, "inserted": (queued,)},
+        )
+    )
+    lists = session.inbox.lists
+    assert len(lists["next-turn"]) == 1
+    session.append(
+        Event(
+            "agent/inbox/spliced",
+            None,
+            0.0,
+            {"target": "next-turn", "start": 0, "removed_count": 1, "inserted": ()},
+        )
+    )
+    assert session.inbox.lists is lists  # the same two lists for the projection's life
+    assert len(lists["next-turn"]) == 0
+    session.append(
+        Event("step/start", None, 0.0, {"turn": 1, "step": 1}),
+        Event(
+            "assistant/message",
+            None,
+            0.0,
+            {
+                "turn": 1,
+                "step": 1,
+                "message": {
+                    "role": "assistant",
+                    "content": [{"type": "tool-call", "call_id": "c1", "name": "t"}],
+                },
+                "usage": {"input_tokens": 3, "output_tokens": 2},
+            },
+        ),
+    )
+    assert session.state.call_ids == {"c1": None}
+    assert session.state.counters() == (1, 1, 3, 2, 0, 0)
+    gc.collect()
+    for part in (session.inbox, lists, lists["next-turn"], session.state, session.surface):
+        assert not gc.is_tracked(part), part
+    assert not gc.is_tracked(session.state.call_ids)
+    assert gc.is_tracked(session)  # the session itself is: it references its writer

@@ -12,6 +12,7 @@ from dsh_agent_loop.session.records import (
     RecordCache,
     abandoned_attempt_data,
     assistant_message_data,
+    response_data,
 )
 
 from ..agent.conftest import OPTIONS
@@ -89,3 +90,18 @@ async def test_agents_of_one_runtime_share_their_runtime_cache() -> None:
             next(e.data for e in h.agent.session.events if e.type == "turn/start") for h in (a, b)
         ]
         assert starts[0] is starts[1]
+
+
+def test_the_response_field_keeps_what_the_provider_reported() -> None:
+    assert response_data(None, None) is None
+    assert response_data("gpt-4o", None) == {"model": "gpt-4o"}
+    assert response_data(None, "msg_1") == {"id": "msg_1"}
+    stream = RecordCache().stream_record(1, "stop", None)
+    response = response_data("gpt-4o", "chatcmpl-1")
+    assert response == {"model": "gpt-4o", "id": "chatcmpl-1"}
+    data = assistant_message_data(1, 2, (), stream, None, response)
+    assert list(data) == ["turn", "step", "message", "stream", "response"]
+    usage = {"input_tokens": 1, "output_tokens": 2}
+    data = assistant_message_data(1, 2, (), stream, usage, response)
+    assert list(data) == ["turn", "step", "message", "stream", "usage", "response"]
+    assert data["response"] is response

@@ -384,3 +384,81 @@ async def test_a_raising_commit_callback_fails_the_session_not_the_nursery(autoj
             await writer.flush()
         await writer.aclose()
     assert writer.statistics().committed_seq == 0
+
+
+class _Owner:
+    """A writer's owner (what the agent is): told of commits and of a store failure."""
+
+    def __init__(self) -> None:
+        self.committed: list[int] = []
+        self.failures: list[StoreError] = []
+
+    def on_commit(self, batch: Any) -> None:
+        self.committed.extend(e.seq for e in batch)
+
+    def on_store_failure(self, failure: StoreError) -> None:
+        self.failures.append(failure)
+
+
+async def test_an_owner_is_told_of_commits_and_of_the_failure_once(autojump_clock):
+    from dsh_agent_loop._frozen import FrozenDict
+    from dsh_agent_loop.events import TURN_START
+
+    owner = _Owner()
+    store = FlakyStore()
+    handle = await store.create({"session_id": "s-1"})
+    from dsh_agent_loop.session.log import Session
+    from dsh_agent_loop.session.writer import SessionWriter
+
+    session = Session({"session_id": "s-1"}, clock=trio.current_time)
+    writer = SessionWriter(session, handle, owner=owner)
+    assert session.waker is writer  # the session wakes the writer itself, no bound method
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        session.add(TURN_START, FrozenDict(turn=1))
+        session.add(TURN_START, FrozenDict(turn=2))
+        await writer.flush()
+        assert owner.committed == [0, 1]
+        assert not session.has_pending()
+        store.fail_flush = True
+        session.add(TURN_START, FrozenDict(turn=3))
+        with pytest.raises(StoreError, match="disk full"):
+            await writer.flush()
+        assert [f.code for f in owner.failures] == ["STORE_FAILED"]
+        assert owner.committed == [0, 1]
+        await writer.aclose()
+    assert writer.stopped
+    await writer.aclose()  # closing a stopped writer returns at once
+    assert len(owner.failures) == 1
+
+
+async def test_a_parked_writer_is_woken_by_close_and_by_a_flush(autojump_clock):
+    from dsh_agent_loop._frozen import FrozenDict
+    from dsh_agent_loop.events import TURN_START
+
+    _, writer = await _writer_on(lambda h: h)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        await trio.sleep(10)  # parked: nothing pending
+        assert writer.statistics().commits == 0
+        writer.session.add(TURN_START, FrozenDict(turn=1))
+        await writer.flush()  # the barrier unparks it
+        assert writer.statistics().committed_seq == 0
+        waiters = []
+
+        async def close() -> None:
+            await writer.aclose()
+            waiters.append("closed")
+
+        nursery.start_soon(close)
+        nursery.start_soon(close)  # two closers both wait for the one stop
+    assert waiters == ["closed", "closed"]
+    assert writer.stopped
+
+
+async def test_a_writer_parked_in_a_cancelled_scope_ends_cleanly(autojump_clock):
+    _, writer = await _writer_on(lambda h: h)
+    with trio.move_on_after(1):
+        await writer.run()  # parks; the deadline cancels it while parked
+    assert writer.stopped
+    assert writer.failure is None

@@ -7,7 +7,8 @@ request records, freeze the request) and streams. It ends in exactly one of: an
 returned, to be offered to ``agent/request-error``), or, when the turn is cancelled mid-stream,
 whatever ``close`` appends: an interrupted ``assistant/message`` carrying exactly the delivered
 prefix, or an ``assistant/attempt`` when nothing was delivered. Stream frames
-(``agent/assistant-stream``) are published only while someone listens.
+(``agent/assistant-stream``) and ``agent/attempt-start`` are published only while someone
+listens.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ..events import (
     ASSISTANT_ATTEMPT,
     ASSISTANT_MESSAGE,
     ASSISTANT_STREAM,
+    ATTEMPT_START,
     HOOK_REQUEST,
     HOOK_REQUEST_ERROR,
 )
@@ -32,8 +34,10 @@ from ..session.records import (
     assistant_message_data,
     attempt_failure_data,
     interrupted_message_data,
+    response_data,
 )
 from ..tools.results import exception_text
+from .compaction import before_request
 from .request import MAX_ATTEMPTS, PreStepDecision, Retry, default_retry_delay
 
 if TYPE_CHECKING:
@@ -70,6 +74,10 @@ class Attempt:
         One coroutine from config to settled stream: it runs for every model call.
         """
         agent = self._agent
+        if agent.listening(ATTEMPT_START):  # tracing starts its chat span here
+            turn = self._turn
+            position = {"turn": turn.number, "step": turn.step, "attempt": self.number}
+            agent.notify(ATTEMPT_START, position)
         try:
             header = agent.log.state.header
             if (
@@ -84,6 +92,9 @@ class Attempt:
             prepared = await agent.services.router.prepare_call(config)
         except ModelError as exc:
             return self._unprepared(exc.failure)
+        policy = agent.compaction
+        if policy is not None and self.number == 1:  # near the window: compact first
+            await before_request(self._turn, prepared, policy)
         request = self._sync_phase(prepared, config, decision)
         asm = self.asm = Assembler()
         frames = agent.listening(ASSISTANT_STREAM)
@@ -228,6 +239,9 @@ class Attempt:
             content,
             stream,
             None if usage is None else FrozenDict(usage.to_data()),
+            None
+            if finish.model is None and finish.response_id is None
+            else response_data(finish.model, finish.response_id),
         )
         event = session.add(ASSISTANT_MESSAGE, record)
         if frames:
@@ -313,7 +327,7 @@ def unique_call_ids(session: Session, content: tuple[FrozenDict, ...]) -> tuple[
     Every call must get exactly one ``tool/call`` and one ``tool/result``, and providers reject a
     request whose tool-call ids repeat; so a repeated (or empty) id becomes ``<id>~<n>``.
     """
-    used = session.state.call_ids or set()
+    used = session.state.call_ids or {}
     seen: set[str] = set()
     out: list[FrozenDict] | None = None
     for i, block in enumerate(content):

@@ -382,13 +382,12 @@ async def run_stream(
     send, recv = trio.open_memory_channel[Event](math.inf)
     subscriber = Subscriber(send, None, math.inf, accept=call.accepts)
     stream = call.stream = Subscription(recv, subscriber)
-    agent._subscribers.append(subscriber)  # the façade's list: delivery stays in the driver
+    agent.add_subscriber(subscriber)  # the façade's list: delivery stays in the driver
     try:
         async with recv:
             yield RunStream(agent, call, stream)
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(CALL_CANCEL_TIMEOUT):
             await _withdraw(agent, call)
-        with suppress(ValueError):
-            agent._subscribers.remove(subscriber)
+        agent.drop_subscriber(subscriber)
         send.close()

@@ -13,8 +13,10 @@ when a wake is made, and ``idle`` only after the turn's ``turn/end`` is durable,
 ``wait_idle()`` returning means the turn is stored.
 
 Cancellation travels by the running turn's cancel scope, which the ``Turn`` owns; the first
-cause wins. A wake that arrives while a cancelled turn winds down is latched and replayed once
-idle (disposal never latches), and a message steered during the wind-down goes to ``next-turn``.
+cause wins, and it reaches the running turns of the agent's live sub-agents (``children``;
+cause ``parent``, ``agent/subagents.py``). A wake that arrives while a cancelled turn winds
+down is latched and replayed once idle (disposal never latches), and a message steered during
+the wind-down goes to ``next-turn``.
 
 Disposal is final: from the moment it starts, ``send`` and its shorthands raise
 ``AgentClosedError`` (one flag checked, nothing appended). The driver remembers its task so that
@@ -24,12 +26,10 @@ told apart from one it may wait for (``in_driver_tree``).
 
 from __future__ import annotations
 
-import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Literal, final
+from typing import TYPE_CHECKING, Any, Literal, Protocol, final
 
-import attrs
 import trio
 from trio_util import AsyncValue
 
@@ -37,25 +37,25 @@ from .._frozen import FrozenDict
 from .._wakeup import Latch
 from ..errors import AgentClosedError, StoreError
 from ..events import AGENT_ERROR, AGENT_STATUS, SESSION_EVENT, SESSION_FLUSH, Event, make_event
-from ..hooks import HookBus, HookChain, HookScope
+from ..hooks import HookChain
 from ..session.log import Session, SessionView
 from ..session.projections import NEXT_STEP, NEXT_TURN
-from ..session.records import RecordCache
-from . import approvals, calls
+from . import approvals, calls, context, subagents
 from .calls import Calls
+from .compaction import Compacted, compact_now
+from .context import ContextTracker
 from .inbox import Inbox, MessageInput, Target
-from .options import AgentOptions, TurnBudget
+from .options import AgentOptions, CompactionPolicy
 from .output import OutputRegistry
 from .series import RequestSeries
+from .services import NO_HOOKS, AgentScope, Services
 from .statistics import AgentStatistics
 from .step_inputs import AssemblyCache
 from .subscription import Subscriber, Subscription
 from .turn import Turn
 
 if TYPE_CHECKING:
-    from ..llm.router import ModelRouter
     from ..session.writer import SessionWriter
-    from ..tools.base import Tool
     from .results import TurnResult
 
 __all__ = ["Agent", "AgentScope", "AgentStatistics", "Services"]
@@ -63,59 +63,13 @@ __all__ = ["Agent", "AgentScope", "AgentStatistics", "Services"]
 Status = Literal["idle", "running"]
 
 
-@final
-@attrs.define(eq=False)
-class Services:
-    """What a runtime lends its agents (passed explicitly; no globals)."""
-
-    router: ModelRouter
-    hooks: HookBus
-    tools: Callable[[], Mapping[str, Tool]]
-    """Runtime tools by name, read at each step."""
-    builtin: Callable[[str], Tool | None]
-    """Looks up a built-in tool by name."""
-    max_parallel_tool_calls: Callable[[], int]
-    """Read at each tool batch (live settings)."""
-    persona: Callable[[], str | None]
-    turn_budget: Callable[[], TurnBudget | None]
-    clock: Callable[[], float]
-    rng: random.Random
-    records: RecordCache = attrs.Factory(RecordCache)
-    """Frozen payloads shared by this runtime's agents (one cache per runtime)."""
+class _Disposable(Protocol):
+    def dispose(self) -> Awaitable[None]: ...
 
 
-@final
-class AgentScope:
-    """What ``setup(scope, agent)`` receives: scoped hooks, tools and persona for one agent."""
-
-    __slots__ = (
-        "hooks",
-        "persona",
-        "tools",
-    )
-
-    def __init__(self, bus: HookBus, persona: str | None) -> None:
-        self.hooks = HookScope(bus)
-        """Hook registrations that vanish with the agent."""
-        self.persona: str | None = persona
-        """The agent persona (a ``persona`` prompt section); settable."""
-        self.tools: dict[str, Tool] = {}
-        """Scoped tools, visible only to this agent."""
-
-    def add_tool(self, tool: Tool) -> Callable[[], None]:
-        """Make ``tool`` visible to this agent; returns a disposer."""
-        self.tools[tool.name] = tool
-
-        def dispose() -> None:
-            if self.tools.get(tool.name) is tool:
-                del self.tools[tool.name]
-
-        return dispose
-
-    def close(self) -> None:
-        """Drop scoped registrations."""
-        self.hooks.close()
-        self.tools.clear()
+#: The ``_stopped`` latch of an agent that stopped before anyone waited (shared, already set).
+_STOPPED = Latch()
+_STOPPED.set()
 
 
 async def _durable() -> None:
@@ -131,7 +85,6 @@ class Agent:
     """
 
     __slots__ = (
-        "_bus",
         "_disposing",
         "_driver_task",
         "_driving",
@@ -148,6 +101,8 @@ class Agent:
         "_wake_pending",
         "assembly",
         "calls",
+        "children",
+        "context",
         "hooks",
         "id",
         "inbox",
@@ -159,7 +114,6 @@ class Agent:
         "scope",
         "series",
         "services",
-        "session",
         "store_failure",
         "writer",
     )
@@ -175,15 +129,15 @@ class Agent:
         self.id: str = options.id
         self.options = options
         self.parent = parent
+        self.children: tuple[Agent, ...] = ()
+        """Live sub-agents (``agent/subagents.py``): a cancel of this agent's turn reaches them."""
         self.log: Session = session
         """The agent's (writable) session; for the turn machine and lifecycle."""
-        self.session = SessionView(session)
         self.services: Services = services
         """The runtime services this agent uses."""
-        self._bus = HookBus()
-        self.hooks = HookChain(services.hooks, self._bus)
-        self.scope = AgentScope(self._bus, options.persona)
-        self.inbox = Inbox(session, self._notify)
+        self.hooks = HookChain(services.hooks, NO_HOOKS)
+        self.scope = AgentScope(self.hooks, options.persona)
+        self.inbox = Inbox(session, self)
         self._status: Status = "idle"
         self._status_value: AsyncValue[Status] | None = None
         self._idle_waiters: trio.lowlevel.ParkingLot | None = None
@@ -193,9 +147,9 @@ class Agent:
         self._driver_task: trio.lowlevel.Task | None = None
         self._driving = False
         self._nursery: trio.Nursery | None = None
-        self._on_store_stop: Callable[[], Awaitable[None]] | None = None
-        self._stopped = Latch()
-        self._subscribers: list[Subscriber] = []
+        self._on_store_stop: _Disposable | None = None
+        self._stopped: Latch | None = None  # made by the first waiter, or _STOPPED
+        self._subscribers: list[Subscriber] | tuple[()] = ()  # a list from the first one
         self.writer: SessionWriter | None = None
         self.series = RequestSeries(session)
         """This instance's requests: prompt reconciliation and request records."""
@@ -207,11 +161,18 @@ class Agent:
         self._turns = 0
         self.outputs: OutputRegistry | None = None
         """Structured-output registrations (``agent/output.py``); made on first use."""
+        self.context: ContextTracker | None = None
+        """Token accounting of the history (``agent/context.py``); made on first use."""
         self._uncounted = session.state.counters()  # the log's counters before this instance
         self.on_driver_start: Callable[[Agent, trio.lowlevel.Task], None] | None = None
         """Testing hook: called with the driver task when the driver starts."""
 
     # -- identity --------------------------------------------------------------------------
+    @property
+    def session(self) -> SessionView:
+        """The agent's session, read-only."""
+        return SessionView(self.log)
+
     @property
     def session_id(self) -> str:
         """The id of the agent's session."""
@@ -318,8 +279,32 @@ class Agent:
         """Abort turn ``number`` if it is running; messages queued behind it stay and run next."""
         turn = self._turn
         if turn is not None and turn.number == number:
-            turn.cancel(cause, None)
+            turn.cancel(subagents.abort_cause(self, cause), None)
             self._wake_pending = self._wake_pending or self.has_work()
+            subagents.cancel_children(self)
+
+    # -- context (agent/context.py) ----------------------------------------------------------
+    @property
+    def compaction(self) -> CompactionPolicy | None:
+        """The compaction policy in force: the agent's own, else the runtime's."""
+        return self.options.compaction or self.services.compaction
+
+    @property
+    def running_turn(self) -> Turn | None:
+        """The turn in progress, if any."""
+        return self._turn
+
+    def context_usage(self) -> context.ContextUsage:
+        """The next request's estimated input tokens against the route's context window."""
+        return context.context_usage(self)
+
+    def replace_history(self, start_seq: int, end_seq: int, message: MessageInput) -> Event:
+        """Replace surface events ``start_seq..end_seq`` by one message (``agent/context.py``)."""
+        return context.replace_history(self, start_seq, end_seq, message)
+
+    async def compact(self, instructions: str | None = None) -> Compacted | None:
+        """Compact the older history now (between turns); None when nothing is old enough."""
+        return await compact_now(self, instructions)
 
     # -- cancellation ------------------------------------------------------------------------
     def cancel(
@@ -331,6 +316,7 @@ class Agent:
         self._wake_pending = False
         if self._turn is not None:
             self._turn.cancel(cause, message)
+            subagents.cancel_children(self)
         elif not self._driving:
             self._set_status("idle")  # the wake it dropped had no driver yet
         if cause != "disposed" and approvals.cancel_pending(self, cause):
@@ -344,6 +330,18 @@ class Agent:
             await self._idle_waiters.park()
 
     # -- notifications -----------------------------------------------------------------------
+    def add_subscriber(self, sub: Subscriber) -> None:
+        """Deliver this agent's events to ``sub`` from now on."""
+        if isinstance(self._subscribers, list):
+            self._subscribers.append(sub)
+        else:
+            self._subscribers = [sub]
+
+    def drop_subscriber(self, sub: Subscriber) -> None:
+        """Stop delivering to ``sub`` (no-op when it is not subscribed)."""
+        if isinstance(self._subscribers, list) and sub in self._subscribers:
+            self._subscribers.remove(sub)
+
     def listening(self, event_type: str) -> bool:
         """True when someone would receive notification ``event_type``."""
         return bool(self._subscribers) or self.hooks.has("on", event_type)
@@ -361,7 +359,7 @@ class Agent:
         """Deliver ``event`` to subscribers and ``on`` observers of its type."""
         for sub in tuple(self._subscribers):  # the agent never blocks on a reader
             if not sub.offer(event):
-                self._subscribers.remove(sub)
+                self.drop_subscriber(sub)
         self.hooks.emit(event.type, event)
 
     def on_store_failure(self, failure: StoreError) -> None:
@@ -391,7 +389,7 @@ class Agent:
         for event in batch:
             for sub in tuple(self._subscribers):
                 if not sub.offer(event):
-                    self._subscribers.remove(sub)
+                    self.drop_subscriber(sub)
             if self.hooks.has("on", SESSION_EVENT):
                 self.hooks.emit(
                     SESSION_EVENT,
@@ -414,13 +412,13 @@ class Agent:
         """
         send, recv = trio.open_memory_channel[Event](max_buffer)
         sub = Subscriber(send, frozenset(types) if types is not None else None, max_buffer)
-        self._subscribers.append(sub)
+        self.add_subscriber(sub)
         try:
             async with recv:
                 yield Subscription(recv, sub)
         finally:
             if sub in self._subscribers:
-                self._subscribers.remove(sub)
+                self.drop_subscriber(sub)
             send.close()
 
     def _set_status(self, status: Status) -> None:
@@ -433,13 +431,11 @@ class Agent:
             self._notify(AGENT_STATUS, {"status": status})
 
     # -- the driver --------------------------------------------------------------------------
-    def attach(
-        self, nursery: trio.Nursery, on_store_stop: Callable[[], Awaitable[None]] | None = None
-    ) -> None:
+    def attach(self, nursery: trio.Nursery, on_store_stop: _Disposable | None = None) -> None:
         """Give the agent its own nursery (its task's), where its driver runs from now on.
 
-        ``on_store_stop`` is awaited by the driver that finds the store failed (§14): it
-        disposes the agent, so that the others go on. Work queued before this starts now.
+        ``on_store_stop.dispose()`` is awaited by the driver that finds the store failed (§14):
+        it disposes the agent, so that the others go on. Work queued before this starts now.
         """
         self._nursery = nursery
         self._on_store_stop = on_store_stop
@@ -466,6 +462,8 @@ class Agent:
                 turn = self._turn = Turn(self, self.log.state.turn + 1)
                 try:
                     continue_after = await turn.run()
+                    if not continue_after:  # aborted by any path, its deadline included
+                        subagents.cancel_children(self)
                 finally:
                     self._turn = None
                     if self.calls is not None:
@@ -476,10 +474,16 @@ class Agent:
             self._driver_task = None
             self._driving = False
             if self._disposing:
-                self._stopped.set()
+                self._mark_stopped()
             self._set_status("idle")
         if self.store_failure is not None and self._on_store_stop is not None:
-            await self._on_store_stop()  # a store failure stops this agent; the others go on
+            await self._on_store_stop.dispose()  # a store failure stops this agent only
+
+    def _mark_stopped(self) -> None:
+        if self._stopped is None:
+            self._stopped = _STOPPED
+        else:
+            self._stopped.set()
 
     def begin_stop(self, cause: str = "disposed") -> None:
         """Cancel the running turn (keeping the inbox) and tell the driver to end; never waits.
@@ -492,11 +496,13 @@ class Agent:
             self.calls.close()  # calls still queued raise AgentClosedError
         if not self._driving:
             self._set_status("idle")
-            self._stopped.set()
+            self._mark_stopped()
 
     async def stop(self, cause: str = "disposed") -> None:
         """``begin_stop``, then wait for the driver to end."""
         self.begin_stop(cause)
+        if self._stopped is None:
+            self._stopped = Latch()
         await self._stopped.wait()
 
     @property
@@ -524,7 +530,7 @@ class Agent:
     @property
     def stopped(self) -> bool:
         """True once disposal has begun and the driver has ended for good."""
-        return self._stopped.is_set()
+        return self._stopped is not None and self._stopped.is_set()
 
     def flush(self) -> Awaitable[None]:
         """Wait until everything appended to the session is durable: ``await agent.flush()``.

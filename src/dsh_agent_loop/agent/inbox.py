@@ -9,8 +9,8 @@ the ``inserted`` / ``claimed`` / ``discarded`` notifications.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, Literal, final
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Literal, Protocol, final
 
 from .._frozen import FrozenDict, freeze
 from ..events import INBOX_CLAIMED, INBOX_DISCARDED, INBOX_INSERTED, INBOX_SPLICED
@@ -40,18 +40,26 @@ def user_message(message_id: str, content: MessageInput, source: str | None = No
     return FrozenDict(data)
 
 
+class Notifier(Protocol):
+    """Receives the inbox's notifications."""
+
+    def notify(self, event_type: str, data: Mapping[str, Any]) -> None:
+        """Publish notification ``event_type``."""
+
+
 @final
 class Inbox:
     """Pending messages of one agent, backed by its session log."""
 
     __slots__ = (
-        "_notify",
+        "_owner",
         "_session",
     )
 
-    def __init__(self, session: Session, notify: Callable[[str, Mapping[str, Any]], None]) -> None:
+    def __init__(self, session: Session, owner: Notifier) -> None:
         self._session = session
-        self._notify = notify
+        self._owner = owner
+        """Told ``notify(type, data)`` of every insert and removal (the agent)."""
 
     # -- reading ---------------------------------------------------------------------------
     def pending(self, target: Target) -> tuple[FrozenDict, ...]:
@@ -135,9 +143,9 @@ class Inbox:
         self._session.add(INBOX_SPLICED, FrozenDict(data))
         kind = INBOX_DISCARDED if outcome is not None else INBOX_CLAIMED
         for message in removed:
-            self._notify(kind, {"message": message})
+            self._owner.notify(kind, {"message": message})
         for message in inserted:
-            self._notify(INBOX_INSERTED, {"message": message})
+            self._owner.notify(INBOX_INSERTED, {"message": message})
 
     def _check_new_ids(self, removed: Sequence[FrozenDict], inserted: Sequence[FrozenDict]) -> None:
         """Refuse an inserted id that stays pending or repeats (O(len(removed) + len(inserted)))."""

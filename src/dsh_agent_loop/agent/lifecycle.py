@@ -1,4 +1,4 @@
-"""Create, resume and teardown of agents (SPEC §13), and the runtime's agent registry.
+"""Create, resume and fork agents (SPEC §13), and the runtime's agent registry.
 
 Create is one rollback-protected transaction: take write ownership (``store.create``), build the
 session, agent and scope, append the seed and ``session/end-seed``, await ``setup``, emit
@@ -10,13 +10,10 @@ session), so the same id can be retried.
 
 Resume opens the session for write, replays its log, appends the crash-repair closers, and
 continues on the same path; options it is not given are the ones the log remembers
-(``agent/remember.py``). Teardown is memoised and exact: cancel (``disposed``), wait for the
-driver, close the scope, close the writer and its handle, then detach the agent and the session
-— each detach bound to the exact entry that was entered, so a stale disposer cannot remove a
-newer agent with the same id. Closing the writer is bounded (``WRITER_CLOSE_TIMEOUT``), so a hung
-store cannot hang a teardown. A teardown asked for from inside the agent's own task tree (its
-tool or hook) cannot wait for the driver that waits for it: it runs in a task of the runtime's
-nursery instead (see ``AgentHandle.dispose``).
+(``agent/remember.py``). A fork starts a new session from a prefix of another's log
+(``agent/subagents.py``). Teardown is ``AgentHandle``'s (``agent/handle.py``); an agent
+created with a parent is listed in the parent's ``children`` from publication until its
+teardown detaches it, and a parent disposes its children before itself.
 
 Lifecycle notifications (``agent/created``, ``agent/disposed``, ...) go to ``on`` observers that
 cannot break what they observe: a raising observer is logged and ignored. The one exception is
@@ -26,9 +23,8 @@ cannot break what they observe: a raising observer is logged and ignored. The on
 from __future__ import annotations
 
 import builtins
-import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, final
@@ -36,13 +32,16 @@ from typing import TYPE_CHECKING, Any, final
 import trio
 
 from .._frozen import FrozenDict, freeze
-from ..errors import AgentAlreadyExistsError, SessionNotFoundError, StoreError
+from ..errors import (
+    AgentAlreadyExistsError,
+    AgentClosedError,
+    InvalidOptionError,
+    SessionNotFoundError,
+)
 from ..events import (
     AGENT_CREATED,
-    AGENT_DISPOSED,
     AGENT_SESSION_START,
     SESSION_CREATED,
-    SESSION_DISPOSED,
     SESSION_END_SEED,
     Event,
     make_event,
@@ -51,11 +50,13 @@ from ..hooks import call_observer
 from ..session.log import Session
 from ..session.repair import repair_events
 from ..session.store import FORMAT_VERSION, SessionStore, WriteHandle
-from ..session.writer import CLOSE_TIMEOUT, CommitTimer, SessionWriter
+from ..session.writer import CommitTimer, SessionWriter
 from . import approvals
 from .driver import Agent, AgentScope, Services
+from .handle import AgentHandle
 from .options import AgentOptions
 from .remember import HEADER_OPTIONS, header_options, remembered_options
+from .subagents import FORKED_FROM, PARENT_SESSION_ID, fork_closers, fork_prefix, fork_record
 
 if TYPE_CHECKING:
     from ..hooks import HookBus
@@ -64,133 +65,7 @@ __all__ = ["AgentHandle", "Agents"]
 
 Setup = Callable[[AgentScope, Agent], Awaitable[None]]
 
-#: Seconds a teardown waits for the session writer to commit what is left and close its handle
-#: (the writer bounds its final commit by ``CLOSE_TIMEOUT``; a commit in flight may precede it).
-WRITER_CLOSE_TIMEOUT = 2 * CLOSE_TIMEOUT
 _SHARED_RECORDS = 256  # distinct header option records kept for sharing
-
-_log = logging.getLogger("dsh_agent_loop.lifecycle")
-
-
-@final
-class AgentHandle:
-    """Owns one live agent; ``dispose()`` tears it down exactly once.
-
-    It is an async context manager: ``async with handle:`` (or ``async with await
-    rt.agents.create(...) as handle:``) disposes the agent when the block ends, however it ends.
-    """
-
-    __slots__ = (
-        "_agents",
-        "_done",
-        "_error",
-        "_writer",
-        "agent",
-    )
-
-    def __init__(self, agents: Agents, agent: Agent, writer: SessionWriter) -> None:
-        self.agent = agent
-        self._agents = agents
-        self._writer = writer
-        self._done: trio.Event | None = None
-        self._error: BaseException | None = None
-
-    @property
-    def session_id(self) -> str:
-        """The agent's session id."""
-        return self.agent.session_id
-
-    async def __aenter__(self) -> AgentHandle:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        """Dispose the agent (shielded, like ``dispose()``), on an exception or cancel too."""
-        await self.dispose()
-
-    async def dispose(self) -> None:
-        """Tear the agent down (idempotent; concurrent callers wait for the first).
-
-        The teardown is shielded: a caller cancelled while it waits still leaves the agent fully
-        torn down. From the moment it starts the agent takes no messages (``AgentClosedError``).
-
-        Called from inside the agent's own task tree — one of its tools, one of its hooks, or a
-        task they started — the teardown cannot be awaited there: it waits for the driver, which
-        waits for that very caller. ``dispose`` then aborts the running turn (``aborted {cause:
-        disposed}``), starts the teardown in a task of the runtime's nursery and returns through a
-        checkpoint; as the caller runs inside the cancelled turn, that checkpoint normally raises
-        ``trio.Cancelled`` (a tool then ends ``ABORTED``; let it propagate). A teardown failure is
-        then logged and raised to later ``dispose()`` callers. The agent leaves ``rt.agents`` when
-        the teardown completes, shortly after the turn has ended.
-
-        Raises:
-            BaseExceptionGroup: several teardown steps failed (each is in the group).
-        """
-        if self.agent.in_driver_tree():
-            self.agent.begin_stop("disposed")
-            if self._done is None:
-                self._done = trio.Event()
-                self._agents._start_detached_teardown(self)
-            await trio.lowlevel.checkpoint()
-            return
-        if self._done is not None:
-            await self._done.wait()
-            if self._error is not None:
-                raise self._error
-            return
-        self._done = trio.Event()
-        await self._run_teardown()
-
-    async def _run_teardown(self) -> None:
-        assert self._done is not None
-        try:
-            with trio.CancelScope(shield=True):
-                await self._teardown()
-        except BaseException as exc:
-            self._error = exc
-            raise
-        finally:
-            self._done.set()
-
-    async def _detached_teardown(self) -> None:
-        """The teardown of a ``dispose()`` called from the agent's own task tree."""
-        try:
-            await self._run_teardown()
-        except Exception:  # kept in _error for later dispose() callers; nobody awaits this task
-            _log.exception("disposing agent %r failed", self.agent.id)
-
-    async def _teardown(self) -> None:
-        errors: list[Exception] = []
-        agent = self.agent
-        for step in (self._stop_driver, self._close_scope, self._close_writer):
-            try:
-                await step()
-            except Exception as exc:
-                errors.append(exc)
-        self._agents._detach(self)
-        self._agents._emit(SESSION_DISPOSED, {"session_id": agent.session_id, "agent_id": agent.id})
-        self._agents._emit(AGENT_DISPOSED, {"agent_id": agent.id, "session_id": agent.session_id})
-        if len(errors) == 1:
-            raise errors[0]
-        if errors:
-            raise ExceptionGroup(f"disposing agent {agent.id!r} failed", errors)
-
-    async def _stop_driver(self) -> None:
-        await self.agent.stop("disposed")
-
-    async def _close_scope(self) -> None:
-        self.agent.scope.close()
-
-    async def _close_writer(self) -> None:
-        with trio.move_on_after(WRITER_CLOSE_TIMEOUT):
-            await self._writer.aclose()
-        if not self._writer.stopped:
-            # The agent's task lingers until the runtime ends and cancels it (a bounded commit).
-            raise StoreError(
-                f"the session writer of agent {self.agent.id!r} did not close within"
-                f" {WRITER_CLOSE_TIMEOUT:g} s"
-            )
-        if self._writer.failure is not None and self.agent.store_failure is None:
-            raise self._writer.failure
 
 
 @final
@@ -308,6 +183,26 @@ class Agents:
             raise TypeError("create() needs options=AgentOptions(id=...)")
         options.validate()
         parent = parent_agent or self._initiator
+        frozen = self._new_header(session_id, options, parent)
+        with self._reserve(options.id):
+            handle = await self._store.create(frozen, inherited_events=inherited_events)
+            seed_data = FrozenDict(inherited=True) if inherited_events else FrozenDict()
+
+            def build() -> tuple[Session, int]:
+                session = Session(frozen, clock=self._services.clock, events=inherited_events)
+                session.add(SESSION_END_SEED, seed_data)
+                return session, -1
+
+            return await self._publish(handle, build, options, setup, parent, "create")
+
+    def _new_header(
+        self,
+        session_id: str | None,
+        options: AgentOptions,
+        parent: Agent | None,
+        forked_from: FrozenDict | None = None,
+    ) -> FrozenDict:
+        """One frozen header, shared by the store's record and the session."""
         sid = session_id or f"{options.id}-session-{uuid.uuid4()}"
         header: dict[str, Any] = {
             "session_id": sid,
@@ -323,18 +218,65 @@ class Agents:
             # options (thousands of simulated agents share theirs)
             header[HEADER_OPTIONS] = self._shared_record(freeze(remembered))
         if parent is not None:
-            header["parent_session_id"] = parent.session_id
-        frozen = freeze(header)  # one frozen header, shared by the store's record and the session
-        with self._reserve(options.id):
-            handle = await self._store.create(frozen, inherited_events=inherited_events)
-            seed_data = FrozenDict(inherited=True) if inherited_events else FrozenDict()
+            header[PARENT_SESSION_ID] = parent.session_id
+        if forked_from is not None:
+            header[FORKED_FROM] = forked_from
+        frozen: FrozenDict = freeze(header)
+        return frozen
+
+    async def fork(
+        self,
+        session_id: str,
+        at_seq: int | None = None,
+        options: AgentOptions | None = None,
+        setup: Setup | None = None,
+        parent_agent: Agent | None = None,
+        *,
+        new_session_id: str | None = None,
+    ) -> AgentHandle:
+        """Start an agent on a new session that inherits a prefix of ``session_id``'s log.
+
+        The new session's events are the source's stored events with ``seq < at_seq`` (every
+        stored one when None; a live source is read from what it has committed), kept at seqs
+        ``0..at_seq-1``, then ``session/end-seed {inherited: true}`` (SPEC §14). A cut inside an
+        open turn is closed after the seed as crash repair closes it (``agent/subagents.py``).
+        The header records ``forked_from: {session_id, at_seq}`` (``at_seq`` the number of
+        inherited events) and, for a sub-agent, ``parent_session_id``. Options not given are
+        the ones the source remembers; ``options.id`` may differ from the source's agent id
+        (it must, while the source is live).
+
+        Raises:
+            SessionNotFoundError: no such session. InvalidOptionError: ``at_seq`` is out of
+            range, or a bad option. AgentAlreadyExistsError: the agent id is live.
+            SessionAlreadyExistsError: ``new_session_id`` is taken.
+        """
+        if options is not None:
+            options.validate()
+        parent = parent_agent or self._initiator
+        reader = await self._store.open(session_id, "read")
+        try:
+            source, stored = reader.header, await reader.read()
+        finally:
+            with trio.CancelScope(shield=True):
+                await reader.close()
+        inherited = fork_prefix(stored, at_seq)
+        named = source if options is None else {**source, "agent_id": options.id}
+        resolved = remembered_options(named, inherited, options)
+        frozen = self._new_header(
+            new_session_id, resolved, parent, fork_record(session_id, inherited)
+        )
+        with self._reserve(resolved.id):
+            handle = await self._store.create(frozen, inherited_events=inherited)
 
             def build() -> tuple[Session, int]:
-                session = Session(frozen, clock=self._services.clock, events=inherited_events)
-                session.add(SESSION_END_SEED, seed_data)
+                session = Session(frozen, clock=self._services.clock, events=inherited)
+                seed = session.add(SESSION_END_SEED, FrozenDict(inherited=True))
+                closers = fork_closers([*inherited, seed], self._services.clock())
+                if closers:
+                    session.append(*closers)
                 return session, -1
 
-            return await self._publish(handle, build, options, setup, parent, "create")
+            return await self._publish(handle, build, resolved, setup, parent, "fork")
 
     async def resume(
         self,
@@ -383,6 +325,7 @@ class Agents:
         try:
             stored = await handle.read()
             resolved = remembered_options(handle.header, stored, options)
+            parent = self._resumed_parent(handle.header, parent)
             # Given options reserved their id already; remembered ones learn it from the header.
             reservation: AbstractContextManager[None] = (
                 nullcontext() if options is not None else self._reserve(resolved.id)
@@ -403,6 +346,24 @@ class Agents:
         with reservation:
             return await self._publish(handle, build, resolved, setup, parent, "resume")
 
+    def _resumed_parent(self, header: Mapping[str, Any], given: Agent | None) -> Agent | None:
+        """The parent a resumed session is linked to: the one its header names, if live.
+
+        Raises:
+            InvalidOptionError: ``given`` is not the agent of the session the header names.
+        """
+        recorded = header.get(PARENT_SESSION_ID)
+        if given is None:
+            live = self._sessions.get(recorded) if isinstance(recorded, str) else None
+            return None if live is None else live.agent
+        if given.session_id != recorded:
+            was = f"of session {recorded!r}" if recorded else "of no agent"
+            raise InvalidOptionError(
+                f"session {header.get('session_id')!r} was created as a sub-agent {was}, not of"
+                f" agent {given.id!r} (session {given.session_id!r})"
+            )
+        return given
+
     def _reserve(self, agent_id: str) -> _Reservation:
         if agent_id in self._live or agent_id in self._shared["reserved"]:
             raise AgentAlreadyExistsError(f"agent {agent_id!r} already exists")
@@ -419,6 +380,8 @@ class Agents:
     ) -> AgentHandle:
         entered: AgentHandle | None = None
         try:
+            if parent is not None and parent.closed:
+                raise AgentClosedError(f"agent {parent.id!r} is disposed; it takes no sub-agents")
             session, durable_seq = build()
             agent = Agent(options=options, session=session, services=self._services, parent=parent)
             _check_tools(agent)
@@ -432,14 +395,15 @@ class Agents:
                 session,
                 handle,
                 durable_seq=durable_seq,
-                on_commit=agent.on_commit,
-                on_failure=agent.on_store_failure,
+                owner=agent,
                 timer=self._timer,
             )
             agent.writer = writer
             entered = AgentHandle(self, agent, writer)
             self._live[agent.id] = entered
             self._sessions[session.id] = entered
+            if parent is not None:
+                parent.children = (*parent.children, agent)
             self._emit(AGENT_CREATED, {"agent_id": agent.id, "session_id": session.id})
         except BaseException:
             with trio.CancelScope(shield=True):
@@ -474,7 +438,7 @@ class Agents:
             running = self._running
             running.add(scope)
             try:
-                agent.attach(nursery, handle.dispose)
+                agent.attach(nursery, handle)
                 await handle._writer.run()
             finally:
                 agent.detach()
@@ -503,6 +467,23 @@ class Agents:
             del self._live[agent.id]
         if self._sessions.get(agent.session_id) is handle:
             del self._sessions[agent.session_id]
+        parent = agent.parent
+        if parent is not None and agent in parent.children:
+            parent.children = tuple(c for c in parent.children if c is not agent)
+
+    async def _dispose_children(self, parent: Agent) -> None:
+        """Dispose ``parent``'s live children concurrently (each disposes its own first)."""
+        sessions = self._sessions
+        children = [
+            handle
+            for child in tuple(parent.children)
+            if (handle := sessions.get(child.session_id)) is not None and handle.agent is child
+        ]
+        if not children:
+            return
+        async with trio.open_nursery() as nursery:
+            for child in children:
+                nursery.start_soon(child.dispose)
 
     async def dispose_all(self) -> None:
         """Dispose every live agent concurrently (runtime shutdown)."""
@@ -521,8 +502,6 @@ def _check_tools(agent: Agent) -> None:
     runtime = agent.services.tools()
     unknown = [n for n in names if n not in runtime and agent.services.builtin(n) is None]
     if unknown:
-        from ..errors import InvalidOptionError
-
         raise InvalidOptionError(f"unknown tool name(s) in options.tools: {', '.join(unknown)}")
 
 

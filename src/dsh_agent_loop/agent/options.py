@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import final
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, final
 
 import attrs
 
 from ..errors import InvalidOptionError
 
-__all__ = ["AgentOptions", "TurnBudget"]
+__all__ = ["AgentOptions", "CompactionPolicy", "TurnBudget"]
+
+#: ``summarizer(messages, instructions) -> summary text``.
+Summarizer = Callable[[Sequence[Any], "str | None"], Awaitable[str]]
+#: ``token_counter(messages) -> tokens`` of a whole request.
+TokenCounter = Callable[[Sequence[Any]], int]
 
 
 def _names(names: Iterable[str]) -> frozenset[str]:
@@ -36,6 +41,51 @@ class TurnBudget:
 
 @final
 @attrs.frozen
+class CompactionPolicy:
+    """When and how an agent's older history is summarised (``docs/context.md``).
+
+    Before a step whose estimated input reaches ``trigger_ratio`` of the context window, the
+    surface after node 0 and before the last ``keep_recent_turns`` turns (never splitting a tool
+    call from its result) is summarised and replaced by one ``user/message`` with
+    ``source: compaction``. A provider's context-overflow error (``CONTEXT_OVERFLOW``) compacts
+    and retries the step once.
+    """
+
+    trigger_ratio: float = 0.8
+    """Compact when estimated input tokens / context window reaches this (0 < ratio <= 1)."""
+    keep_recent_turns: int = 2
+    """Turns kept verbatim, the running turn included (fewer when nothing older is left)."""
+    instructions: str | None = None
+    """Extra instructions for the summary (what to keep)."""
+    summarizer: Summarizer | None = attrs.field(default=None, eq=False)
+    """``async (messages, instructions) -> str``; default: one model call on the agent's route."""
+    token_counter: TokenCounter | None = attrs.field(default=None, eq=False)
+    """``(messages) -> int`` counting a whole request; default: reported usage plus an
+    estimate of what was added since (``CHARS_PER_TOKEN`` characters a token)."""
+
+    def validate(self) -> None:
+        """Check the values.
+
+        Raises:
+            InvalidOptionError: a ratio outside (0, 1], a negative or non-integer turn count,
+                or a summarizer/token counter that is not callable.
+        """
+        ratio = self.trigger_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
+            raise InvalidOptionError(f"compaction.trigger_ratio must be in (0, 1], got {ratio!r}")
+        keep = self.keep_recent_turns
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+            raise InvalidOptionError(
+                f"compaction.keep_recent_turns must be a non-negative integer, got {keep!r}"
+            )
+        for name in ("summarizer", "token_counter"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise InvalidOptionError(f"compaction.{name} must be callable, got {value!r}")
+
+
+@final
+@attrs.frozen
 class AgentOptions:
     """How an agent is created or resumed."""
 
@@ -55,6 +105,8 @@ class AgentOptions:
     turn_budget: TurnBudget | None = None
     require_approval: frozenset[str] = attrs.field(default=frozenset(), converter=_names)
     """Names of tools whose every call waits for a person's decision (``agent.approve``)."""
+    compaction: CompactionPolicy | None = None
+    """This agent's compaction policy (None: the runtime's, if any)."""
 
     def validate(self) -> None:
         """Check option values.
@@ -81,3 +133,5 @@ class AgentOptions:
                 value = getattr(budget, name)
                 if value is not None and value <= 0:
                     raise InvalidOptionError(f"turn_budget.{name} must be positive, got {value!r}")
+        if self.compaction is not None:
+            self.compaction.validate()

@@ -33,6 +33,8 @@ __all__ = [
 ]
 
 NO_RUNTIME_CONTEXT: Final = "no runtime context"
+#: Distinct default assemblies a runtime shares among its agents.
+SHARED_ASSEMBLIES: Final = 256
 
 
 @final
@@ -52,9 +54,14 @@ class AssemblyCache:
         runtime = services.tools()
         scoped = agent.scope.tools
         persona = agent.scope.persona
-        key = (runtime_persona, persona, tuple(runtime.values()), tuple(scoped.values()))
+        names = agent.options.tools  # which runtime tools this agent sees: part of the key
+        key = (runtime_persona, persona, names, tuple(runtime.values()), tuple(scoped.values()))
         if self._assembly is not None and self._key == key:
             return self._assembly
+        shared = services.assemblies.get(key)
+        if shared is not None:  # agents alike share one key and one (frozen) assembly
+            self._key, self._assembly = shared
+            return shared[1]
         sections = []
         if runtime_persona:
             sections.append(PromptSection("persona", runtime_persona))
@@ -62,6 +69,8 @@ class AssemblyCache:
             sections.append(PromptSection("persona", persona))
         assembly = PromptAssembly(sections, list(visible_tools(agent).values()))
         self._key, self._assembly = key, assembly
+        if len(services.assemblies) < SHARED_ASSEMBLIES:
+            services.assemblies[key] = (key, assembly)
         return assembly
 
 

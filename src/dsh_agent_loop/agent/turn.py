@@ -35,6 +35,7 @@ from ..session.records import BLOCKED, COMPLETED, MAX_TOKENS
 from ..tools.results import escape_surrogates
 from . import approvals
 from .attempt import Attempt
+from .compaction import after_overflow
 from .prompt import PromptAssembly, render
 from .request import PreStepDecision
 from .step_inputs import assemble, collect_context, default_context, normalise_users, pre_step
@@ -82,6 +83,7 @@ class Turn:
         "cancel_message",
         "carried",
         "continues",
+        "in_pre_step",
         "max_tokens",
         "number",
         "output",
@@ -135,6 +137,8 @@ class Turn:
         """Set when the turn must end with a ``final_result`` call (``agent/output.py``)."""
         self.awaiting: FrozenDict | None = None
         """The ``turn/end`` reason once a step deferred calls (``agent/approvals.py``)."""
+        self.in_pre_step = False
+        """An ``agent/pre-step`` listener is running (``replace_history`` is allowed)."""
         self.carried: ToolBatch | None = None
         """A continuation's decided calls, settled in its first step (``agent/approvals.py``)."""
         if agent.log.state.approvals is not None:
@@ -188,14 +192,25 @@ class Turn:
                 reason = self.aborted_reason(default_cause="disposed")
                 session.add(TURN_END, FrozenDict(turn=self.number, reason=reason))
             self.scope = None
-            with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_FLUSH_TIMEOUT):
-                try:
-                    await agent.flush()
-                except StoreError as exc:
-                    self._store_failed(exc)
+            await self._final_flush(reason is None or reason["kind"] == "aborted")
         return reason is not None and bool(reason["kind"] != "aborted")
 
     # -- ending ---------------------------------------------------------------------------
+    async def _final_flush(self, cancelled: bool) -> None:
+        """Make the turn durable; after a cancel, shielded and bounded (``CLOSE_FLUSH_TIMEOUT``).
+
+        A turn that ended by itself flushes like any other step (no deadline left behind in
+        trio's timer heap for every turn of every agent).
+        """
+        try:
+            if cancelled:
+                with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_FLUSH_TIMEOUT):
+                    await self.agent.flush()
+            else:
+                await self.agent.flush()
+        except StoreError as exc:
+            self._store_failed(exc)
+
     def _store_failed(self, exc: StoreError) -> None:
         agent = self.agent
         if agent.store_failure is not None:
@@ -283,7 +298,11 @@ class Turn:
             if self.budget is not None:
                 await self._check_step_budget()
             if hooks.has("waterfall", HOOK_PRE_STEP):
-                decision = await pre_step(agent, self.number, step, entering)
+                self.in_pre_step = True
+                try:
+                    decision = await pre_step(agent, self.number, step, entering)
+                finally:
+                    self.in_pre_step = False
                 if decision.kind == "reject":
                     self.pending_users = ()  # consumed: a rejected turn admits nothing
                     return BLOCKED
@@ -357,12 +376,18 @@ class Turn:
     async def _attempts(self, decision: PreStepDecision) -> FrozenDict:
         """Run attempts until one yields an ``assistant/message``; returns its message."""
         number = 0
+        overflowed = False
         while True:
             number += 1
             attempt = self.attempt = Attempt(self, number)
             outcome = await attempt.run(decision)
             if not isinstance(outcome, Failure):
                 return outcome
+            policy = self.agent.compaction
+            if outcome.code == "CONTEXT_OVERFLOW" and policy is not None and not overflowed:
+                overflowed = True  # compact and retry once, without the retry policy's delay
+                if await after_overflow(self, policy):
+                    continue
             retry = await attempt.offer_failure(outcome)
             if retry is None:
                 raise TurnFailed(outcome.message, code=outcome.code)

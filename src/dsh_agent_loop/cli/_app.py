@@ -158,6 +158,11 @@ def _add_sessions(verbs: Any, common: argparse.ArgumentParser) -> None:
         dest="sessions_verb", metavar="ACTION", required=True, parser_class=_Parser
     )
     listing = which.add_parser("list", parents=[common], help="one row per stored session")
+    listing.add_argument(
+        "--tree",
+        action="store_true",
+        help="sub-agents under their parent, forks under their source",
+    )
     listing.set_defaults(handler=_sessions_verb)
     for name, text in (
         ("show", "print a session's events, one line each"),
@@ -312,7 +317,8 @@ def _sessions_verb(args: argparse.Namespace) -> int:
     console, _ = _consoles()
     verb = args.sessions_verb
     if verb == "list":
-        return _sessions.list_sessions(store, url, console, tty=sys.stdout.isatty())
+        tty = sys.stdout.isatty()
+        return _sessions.list_sessions(store, url, console, tty=tty, tree=args.tree)
     if verb == "show":
         return _sessions.show_session(store, url, args.session_id, console)
     if verb == "check":

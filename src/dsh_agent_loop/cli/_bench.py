@@ -45,7 +45,7 @@ __all__ = [
     "tabulate",
 ]
 
-#: The project's targets (issues #2, #4, #13). Rows whose key is in ``AT_LEAST`` must reach the
+#: The project's targets (issues #2, #4, #13, #15). Rows whose key is in ``AT_LEAST`` must reach the
 #: bound (a share of the reference, or an absolute rate); every other row must stay at or below it.
 DEFAULT_TARGETS: Final[Mapping[str, float]] = {
     "w1": 5.0,
@@ -56,9 +56,14 @@ DEFAULT_TARGETS: Final[Mapping[str, float]] = {
     "sse_abs": 100_000.0,
     "sqlite_w1": 2.0,
     "sqlite_append": 0.5,
+    "scale_share": 0.25,
+    "scale_gc": 0.10,
+    "scale_growth": 1.3,
 }
 #: Rows whose target is a lower bound.
-AT_LEAST: Final = frozenset({"w3", "sse_abs", "sqlite_append"})
+AT_LEAST: Final = frozenset({"w3", "sse_abs", "sqlite_append", "scale_share"})
+#: Agent counts whose scale-benchmark throughput has a target (issue #15).
+SCALE_SHARE_SIZES: Final = frozenset({2_000, 10_000})
 
 
 @final
@@ -205,6 +210,37 @@ def _store_rows(result: Mapping[str, Any], targets: Mapping[str, float]) -> Iter
         )
 
 
+def _scale_rows(result: Mapping[str, Any], targets: Mapping[str, float]) -> Iterator[Row]:
+    """``scripts/bench/scale.py``: steps/s and GC share per agent count, and the growth."""
+    for entry in result.get("sizes", ()):
+        n, ours, ref = entry["agents"], entry["ours"], entry["ref"]
+        key = "scale_share" if n in SCALE_SHARE_SIZES else "scale_rate"
+        yield _rate_row(
+            key, f"Scale steps/s, {n:,} agents", ours["steps_per_s"], ref["steps_per_s"], targets
+        )
+        share = ours["gc_share"]
+        yield Row(
+            "scale_gc",
+            f"Scale GC share of wall time, {n:,} agents",
+            f"{share:.0%}",
+            f"{ref['gc_share']:.0%}",
+            None,
+            share,
+            targets.get("scale_gc"),
+        )
+    growth = result.get("growth")
+    if growth is not None:
+        yield Row(
+            "scale_growth",
+            "Scale µs/step growth 100 → 10,000 agents (ratio: ours/ref)",
+            f"{growth['ours']:.2f}x",
+            f"{growth['ref']:.2f}x",
+            growth["ratio"],
+            growth["ratio"],
+            targets.get("scale_growth"),
+        )
+
+
 #: Overrides where the benchmark scripts are looked for.
 BENCH_DIR_ENV: Final = "DSH_AGENT_BENCH_DIR"
 #: Where they are, relative to a source checkout.
@@ -260,7 +296,8 @@ class _Bench:
     module: str
     function: str
     rows: Callable[[Mapping[str, Any], Mapping[str, float]], Iterator[Row]]
-    quick_kwargs: Mapping[str, Any]
+    quick_kwargs: Mapping[str, Any] | None
+    """Arguments for ``--quick`` (None: not run with ``--quick``)."""
     full_kwargs: Mapping[str, Any]
     script: bool = True
     """A script of ``scripts/bench`` (else a module of the package)."""
@@ -270,6 +307,8 @@ class _Bench:
 BENCHMARKS: Final = (
     _Bench("loop", "loop", "run_loop_bench", _loop_rows, {"quick": True}, {"quick": False}),
     _Bench("stores", "stores", "run_store_bench", _store_rows, {"quick": True}, {"quick": False}),
+    # Minutes, in child processes: only without --quick.
+    _Bench("scale", "scale", "run_scale_bench", _scale_rows, None, {"quick": False}),
     _Bench(
         "sse",
         "dsh_agent_loop.llm._bench_sse",
@@ -310,7 +349,10 @@ def run_benchmarks(quick: bool) -> tuple[dict[str, Any], list[Row]]:
             load_script(bench.module) if bench.script else importlib.import_module(bench.module)
         )
         run = getattr(module, bench.function)
-        results[bench.name] = run(**(bench.quick_kwargs if quick else bench.full_kwargs))
+        kwargs = bench.quick_kwargs if quick else bench.full_kwargs
+        if kwargs is None:
+            continue
+        results[bench.name] = run(**kwargs)
         targets.update(getattr(module, "TARGETS", {}))
     return results, tabulate(results, targets)
 
@@ -328,7 +370,7 @@ def target_text(row: Row) -> str:
         return "-"
     if row.key == "sse_abs":
         bound = f"≥ {row.target:,.0f}/s"
-    elif row.share:
+    elif row.share or row.key == "scale_gc":  # a share: of the reference, or of wall time
         bound = f"{'≥' if row.at_least else '≤'} {row.target:.0%}"
     else:
         suffix = "x" if row.ratio is not None else ""

@@ -51,7 +51,8 @@ PROMPT: Final = "you> "
 ECHO_PROVIDER: Final = "echo"
 HELP: Final = (
     "/new  start a new session · /resume ID  continue a stored session · /session  show the "
-    "session id · /exit  leave · Ctrl-C cancels a running turn; Ctrl-C when idle exits"
+    "session id · /compact [INSTRUCTIONS]  summarise older history · /exit  leave · "
+    "Ctrl-C cancels a running turn; Ctrl-C when idle exits"
 )
 
 
@@ -181,11 +182,29 @@ class _Chat:
                 await self.replace(argument)
         elif name == "/session":
             self.say(f"session {self.handle.session_id}")
+        elif name == "/compact":
+            await self.compact(argument or None)
         elif name == "/help":
             self.say(HELP)
         else:
             self.complain(f"unknown command {name} ({HELP})")
         return True
+
+    async def compact(self, instructions: str | None) -> None:
+        """Summarise the older history now (``agent.compact``) and say what it saved."""
+        agent = self.handle.agent
+        try:
+            done = await agent.compact(instructions)
+        except AgentLoopError as exc:
+            self.complain(f"cannot compact: {exc}")
+            return
+        if done is None:
+            self.say("nothing to compact yet")
+        else:
+            self.say(
+                f"compacted seqs {done.start_seq}..{done.end_seq}: "
+                f"~{done.tokens_before} → ~{done.tokens_after} tokens"
+            )
 
     async def replace(self, session_id: str | None) -> None:
         """Dispose the agent and bring it back on a new (None) or a stored session."""

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
+from .._frozen import thaw
 from ..agent.request import MAX_ATTEMPTS, Retry
 from ..events import (
     AGENT_ERROR,
@@ -250,7 +251,7 @@ def describe(event: Event) -> str:
     fn = _DESCRIBE.get(event.type)
     if fn is not None:
         return fn(event)
-    return snippet(json.dumps(dict(event.data), ensure_ascii=False, default=str))
+    return snippet(json.dumps(thaw(event.data), ensure_ascii=False, default=str))
 
 
 def event_line(event: Event) -> str:

@@ -3,8 +3,11 @@
 These verbs only read. A SQLite file or JSONL directory that does not exist is an empty store
 (it is not created). ``list`` puts the full session id first on every row and never wraps or
 cuts a line, whatever the terminal width; piped, it prints plain tab-separated lines.
-``export`` writes the JsonlStore file format: the header as one JSON line, then one event per
-line, so the output can be dropped into a JSONL store directory as ``<session_id>.jsonl``.
+``list --tree`` reads each session's header too and puts every sub-agent session under its
+parent's (``parent_session_id``) and every fork under its source (``forked_from``), indented two
+spaces a level, with the link in the last column. ``export`` writes the JsonlStore file format:
+the header as one JSON line, then one event per line, so the output can be dropped into a JSONL
+store directory as ``<session_id>.jsonl``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from rich.console import Console
 from rich.text import Text
 
 from .. import invariants
+from ..agent import subagents
 from ..errors import SessionNotFoundError, StoreError
 from ..events import Event, event_to_json
 from ..session.store import SessionInfo, SessionStore
@@ -64,7 +68,7 @@ def _load(store: SessionStore, session_id: str, url: str) -> tuple[Mapping[str, 
     return trio.run(_read, store, session_id, url)
 
 
-def _rows(infos: Sequence[SessionInfo]) -> list[tuple[str, str, str, str, str]]:
+def _rows(infos: Sequence[SessionInfo]) -> list[tuple[str, ...]]:
     ordered = sorted(infos, key=lambda i: (i.created_at, i.session_id))
     return [
         (i.session_id, i.agent_id, str(i.event_count), reason_text(i.last_turn_end), i.created_at)
@@ -72,20 +76,88 @@ def _rows(infos: Sequence[SessionInfo]) -> list[tuple[str, str, str, str, str]]:
     ]
 
 
-def list_sessions(store: SessionStore, url: str, console: Console, *, tty: bool) -> int:
-    """Print one row per stored session."""
+async def _linked_infos(store: SessionStore) -> list[tuple[SessionInfo, str | None, str]]:
+    """Each session with its tree parent (a live link's session id, or None) and its link."""
+    try:
+        infos = await store.list()
+        links: dict[str, tuple[str | None, str | None, str]] = {}
+        for info in infos:
+            handle = await store.open(info.session_id, "read")
+            try:
+                header = handle.header
+            finally:
+                await handle.close()
+            parent, source = subagents.links(header)
+            forked = header.get(subagents.FORKED_FROM)
+            at = forked.get("at_seq") if isinstance(forked, Mapping) else None
+            label = "child" if parent is not None else ""
+            if source is not None:
+                label = f"{label}, fork of {source}@{at}" if label else f"fork of {source}@{at}"
+            links[info.session_id] = (parent, source, label)
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
+    known = set(links)
+    out = []
+    for info in infos:
+        parent, source, label = links[info.session_id]
+        up = parent if parent in known else source if source in known else None
+        out.append((info, up, label))
+    return out
+
+
+def _tree_rows(linked: Sequence[tuple[SessionInfo, str | None, str]]) -> list[tuple[str, ...]]:
+    """Rows in tree order: each session under the one it links to, indented two per level."""
+    ordered = sorted(linked, key=lambda x: (x[0].created_at, x[0].session_id))
+    below: dict[str | None, list[tuple[SessionInfo, str]]] = {}
+    for info, up, label in ordered:
+        below.setdefault(up, []).append((info, label))
+    rows: list[tuple[str, ...]] = []
+    seen: set[str] = set()
+
+    def visit(up: str | None, depth: int) -> None:
+        for info, label in below.get(up, ()):
+            if info.session_id in seen:
+                continue
+            seen.add(info.session_id)
+            (row,) = _rows([info])
+            rows.append(("  " * depth + row[0], *row[1:4], label or "-"))
+            visit(info.session_id, depth + 1)
+
+    visit(None, 0)
+    for info, _, label in ordered:  # a cycle of links (never written by this library)
+        if info.session_id not in seen:
+            seen.add(info.session_id)
+            rows.append((*_rows([info])[0][:4], label or "-"))
+            visit(info.session_id, 1)
+    return rows
+
+
+def list_sessions(
+    store: SessionStore, url: str, console: Console, *, tty: bool, tree: bool = False
+) -> int:
+    """Print one row per stored session; ``tree``: sub-agents and forks under their origin."""
+    if tree:
+        linked = [] if missing_local_store(url) else trio.run(_linked_infos, store)
+        return _print_rows(_tree_rows(linked), url, console, tty=tty, tree=True)
     infos = [] if missing_local_store(url) else trio.run(_infos, store)
-    rows = _rows(infos)
+    return _print_rows(_rows(infos), url, console, tty=tty, tree=False)
+
+
+def _print_rows(
+    rows: Sequence[tuple[str, ...]], url: str, console: Console, *, tty: bool, tree: bool
+) -> int:
     if not tty:
         out = sys.stdout
         for row in rows:
-            out.write("\t".join(row[:4]) + "\n")
+            out.write("\t".join(row if tree else row[:4]).rstrip("\t") + "\n")
         out.flush()
         return EXIT_OK
     if not rows:
         console.print(Text(f"no sessions in {url}", style="dim"), soft_wrap=True)
         return EXIT_OK
-    header = ("SESSION", "AGENT", "EVENTS", "LAST TURN END", "CREATED")
+    last = "LINK" if tree else "CREATED"
+    header = ("SESSION", "AGENT", "EVENTS", "LAST TURN END", last)
     widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
     styles = ("bold", "cyan", "", "", "dim")
     console.print(

@@ -15,6 +15,7 @@ from typing import Any, Final, final
 
 import attrs
 
+from .._frozen import thaw
 from ..events import (
     ASSISTANT_ATTEMPT,
     ASSISTANT_MESSAGE,
@@ -179,7 +180,7 @@ def plain_line(index: int, event: Event) -> str:
     words = (
         fn(event)
         if fn is not None
-        else f"{event.type}: {snippet(json.dumps(dict(event.data), default=str))}"
+        else f"{event.type}: {snippet(json.dumps(thaw(event.data), default=str))}"
     )
     return f"{index:>5}  {words}"
 

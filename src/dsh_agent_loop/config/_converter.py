@@ -39,6 +39,7 @@ from .agents import (
     TurnBudget,
     agent_faults,
     resolve_path,
+    subagent_faults,
 )
 from .document import FileShape, PluginEntry, RuntimeConfig
 from .mcp import mcp_faults
@@ -382,10 +383,13 @@ def _cross_faults(
         if not isinstance(config, Mapping):
             continue
         yield from tool_faults(config, ("plugins", index, "config"), tool_names)
-        agents = config.get("agents")
-        if isinstance(agents, list | tuple):
-            path = ("plugins", index, "config", "agents")
-            yield from agent_faults(agents, path, frozenset(known), base_dir)
+        for key in ("agents", "subagents"):
+            agents = config.get(key)
+            if isinstance(agents, list | tuple):
+                path = ("plugins", index, "config", key)
+                yield from agent_faults(agents, path, frozenset(known), base_dir)
+                if key == "subagents":
+                    yield from subagent_faults(agents, path)
 
 
 def check_nesting(raw: Any, label: str) -> None:
@@ -446,8 +450,14 @@ def from_raw(
         else a
         for a in plugin.agents
     )
+    subagents = tuple(
+        attrs.evolve(a, persona_file=resolve_path(base_dir, a.persona_file))
+        if a.persona_file is not None
+        else a
+        for a in plugin.subagents
+    )
     return RuntimeConfig(
-        plugin=attrs.evolve(plugin, agents=agents),
+        plugin=attrs.evolve(plugin, agents=agents, subagents=subagents),
         store=shape.store,
         providers=shape.providers,
         source=label,

@@ -17,7 +17,8 @@ from typing import Any, Final
 import attrs
 
 from ._rules import Invalid
-from .agents import AgentEntry, LoopConfig, SettingsLayer, TurnBudget
+from .agents import AgentEntry, LoopConfig, SettingsLayer, SubagentEntry, TurnBudget
+from .compaction import CompactionConfig
 from .document import FileShape
 from .providers import PROVIDER_CLASSES, PROVIDER_KEYS
 from .tracing import OtelConfig
@@ -25,7 +26,16 @@ from .tracing import OtelConfig
 __all__ = ["allowed_keys", "camel", "closest_key", "key_names", "respell", "snake", "spelled"]
 
 _CAMEL_CLASSES: Final = frozenset(
-    {LoopConfig, AgentEntry, TurnBudget, SettingsLayer, OtelConfig, FileShape}
+    {
+        LoopConfig,
+        AgentEntry,
+        SubagentEntry,
+        TurnBudget,
+        SettingsLayer,
+        OtelConfig,
+        FileShape,
+        CompactionConfig,
+    }
 )
 _UPPER: Final = re.compile(r"(?<=[a-z0-9])([A-Z])")
 

@@ -54,6 +54,14 @@ def _non_negative_number(value: float) -> str | None:
     return None if math.isfinite(value) and value >= 0 else "must be a non-negative number"
 
 
+def _ratio(value: float) -> str | None:
+    return None if math.isfinite(value) and 0 < value <= 1 else "must be a number in (0, 1]"
+
+
+def _non_negative_int(value: int) -> str | None:
+    return None if value >= 0 else "must be a non-negative integer"
+
+
 def _non_empty(value: str) -> str | None:
     return None if value.strip() else "must be a non-empty string"
 
@@ -85,6 +93,8 @@ PositiveInt: TypeAlias = Annotated[int, Rule("a positive integer", _at_least_one
 PositiveNumber: TypeAlias = Annotated[float, Rule("a positive number", _positive_number)]
 NonNegativeNumber: TypeAlias = Annotated[float, Rule("a non-negative number", _non_negative_number)]
 NonEmptyStr: TypeAlias = Annotated[str, Rule("a non-empty string", _non_empty)]
+Ratio: TypeAlias = Annotated[float, Rule("a number in (0, 1]", _ratio)]
+NonNegativeInt: TypeAlias = Annotated[int, Rule("a non-negative integer", _non_negative_int)]
 StoreUrl: TypeAlias = Annotated[str, Rule("a store URL string", _store_url_problem)]
 ProviderKind: TypeAlias = Annotated[
     Literal["openai", "anthropic", "scripted"], Rule("a string", _provider_kind_problem)

@@ -15,6 +15,7 @@ import attrs
 
 from ..agent.options import TurnBudget
 from ._rules import Fault, KeyPath, NonEmptyStr, PositiveInt, PositiveNumber, to_tuple
+from .compaction import CompactionConfig
 from .tracing import OtelConfig
 
 __all__ = [
@@ -23,9 +24,11 @@ __all__ = [
     "AgentEntry",
     "LoopConfig",
     "SettingsLayer",
+    "SubagentEntry",
     "TurnBudget",
     "agent_faults",
     "resolve_path",
+    "subagent_faults",
 ]
 
 #: The ``name`` of this library's entry in the config file's ``plugins:`` list.
@@ -67,6 +70,40 @@ class AgentEntry:
     turn_budget: TurnBudget | None = None
     require_approval: tuple[NonEmptyStr, ...] = attrs.field(default=(), converter=to_tuple)
     """Names of tools whose every call waits for a person's decision (``requireApproval``)."""
+    compaction: CompactionConfig | None = None
+    """This agent's compaction policy (``docs/context.md``)."""
+
+
+@final
+@attrs.frozen
+class SubagentEntry:
+    """One declared sub-agent (``subagents[]``): a ``delegate`` tool every agent may call.
+
+    The keys of an ``agents[]`` entry that describe an agent (its ``id`` names the children,
+    ``<parent id>.<id>``), plus the tool's ``tool`` name and ``description``.
+    """
+
+    id: NonEmptyStr
+    provider: NonEmptyStr | None = None
+    model: NonEmptyStr | None = None
+    reasoning_effort: NonEmptyStr | None = None
+    max_tokens: PositiveInt | None = None
+    cwd: NonEmptyStr | None = None
+    persona: str | None = None
+    persona_file: NonEmptyStr | None = None
+    tools: tuple[NonEmptyStr, ...] | None = None
+    turn_budget: TurnBudget | None = None
+    require_approval: tuple[NonEmptyStr, ...] = attrs.field(default=(), converter=to_tuple)
+    tool: NonEmptyStr = "delegate"
+    """The tool name the model sees."""
+    description: NonEmptyStr | None = None
+    """What the model reads about the tool (default: ``delegate.DEFAULT_DESCRIPTION``)."""
+
+    def agent_entry(self) -> AgentEntry:
+        """The children's options as an ``agents[]`` entry."""
+        fields = attrs.asdict(self, recurse=False)
+        del fields["tool"], fields["description"]
+        return AgentEntry(**fields)
 
 
 @final
@@ -82,8 +119,12 @@ class LoopConfig:
     tools: tuple[NonEmptyStr, ...] = attrs.field(default=(), converter=to_tuple)
     """Runtime tools: built-in names and ``package.module:attr`` references (``config.tools``)."""
     agents: tuple[AgentEntry, ...] = attrs.field(default=(), converter=to_tuple)
+    subagents: tuple[SubagentEntry, ...] = attrs.field(default=(), converter=to_tuple)
+    """Sub-agents, each a ``delegate`` tool of every agent (``docs/subagents.md``)."""
     otel: OtelConfig | None = None
     """``otel: true`` or ``otel: {captureContent: true}``: trace to the global tracer provider."""
+    compaction: CompactionConfig | None = None
+    """Every agent's compaction policy unless its entry sets one (``docs/context.md``)."""
 
 
 @final
@@ -140,3 +181,18 @@ def agent_faults(
         if isinstance(provider, str) and provider.strip() and provider not in known:
             names = ", ".join(sorted(known)) if known else "none configured"
             yield (*at, "provider"), f"unknown provider {provider!r} (known: {names})"
+
+
+def subagent_faults(entries: Sequence[Any], path: KeyPath) -> Iterator[Fault]:
+    """Two sub-agents may not declare the same tool name (raw tree, tolerating bad shapes)."""
+    first: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, Mapping):
+            continue
+        name = entry.get("tool", "delegate")
+        if not isinstance(name, str):
+            continue
+        if name in first:
+            also = f"also subagents[{first[name]}]; give each sub-agent its own `tool`"
+            yield (*path, index, "tool"), f"tool name {name!r} is declared twice ({also})"
+        first.setdefault(name, index)

@@ -88,13 +88,14 @@ def tool_faults(block: Mapping[Any, Any], path: KeyPath, known: Iterable[str]) -
         resolved, faults = _resolve(entries, (*path, "tools"), runtime_names)
         yield from faults
         runtime_names |= {*resolved.names, *(t.name for t in resolved.tools)}
-    agents = block.get("agents")
-    if not isinstance(agents, list | tuple):
-        return
-    for index, agent in enumerate(agents):
-        own = agent.get("tools") if isinstance(agent, Mapping) else None
-        if isinstance(own, list | tuple):
-            yield from _resolve(own, (*path, "agents", index, "tools"), runtime_names)[1]
+    for key in ("agents", "subagents"):
+        agents = block.get(key)
+        if not isinstance(agents, list | tuple):
+            continue
+        for index, agent in enumerate(agents):
+            own = agent.get("tools") if isinstance(agent, Mapping) else None
+            if isinstance(own, list | tuple):
+                yield from _resolve(own, (*path, key, index, "tools"), runtime_names)[1]
 
 
 def runtime_tools(plugin: LoopConfig, known: Iterable[str] = ()) -> tuple[Tool, ...]:

@@ -112,7 +112,7 @@ class AnthropicStreamDecoder:
     ``ValueError`` (the pump's ``BAD_STREAM``).
     """
 
-    __slots__ = ("_blocks", "_finish", "_next", "_usage", "done")
+    __slots__ = ("_blocks", "_finish", "_model", "_next", "_response_id", "_usage", "done")
 
     def __init__(self) -> None:
         self.done = False
@@ -121,6 +121,10 @@ class AnthropicStreamDecoder:
         self._next = 0
         self._finish: Finish | None = None
         self._usage: Usage | None = None
+        self._model: str | None = None
+        """``message_start``'s ``message.model`` (the model that answered), kept for the finish."""
+        self._response_id: str | None = None
+        """``message_start``'s ``message.id``, kept for the finish."""
 
     def feed(self, event: SSEEvent) -> list[Chunk]:
         """Normalise one SSE event.
@@ -160,7 +164,9 @@ class AnthropicStreamDecoder:
         if kind == "content_block_stop":
             return self._stop(frame)
         if kind == "message_start":
-            self._usage = _usage(_object(frame, "message").get("usage") or {}, None)
+            message = _object(frame, "message")
+            self._usage = _usage(message.get("usage") or {}, None)
+            self._identify(message)
         elif kind == "message_delta":
             self._message_delta(frame)
         elif kind == "message_stop":
@@ -249,6 +255,17 @@ class AnthropicStreamDecoder:
             return [BlockEnd(block.index, {"signature": block.signature})]
         return [BlockEnd(block.index)]
 
+    def _identify(self, message: Mapping[str, Any]) -> None:
+        """Keep ``message.model`` and ``message.id`` for the finish.
+
+        They only describe the response, so a value of the wrong type is ignored rather than
+        failing the stream.
+        """
+        if type(model := message.get("model")) is str and model:
+            self._model = model
+        if type(rid := message.get("id")) is str and rid:
+            self._response_id = rid
+
     def _message_delta(self, frame: Mapping[str, Any]) -> None:
         if usage := frame.get("usage"):
             self._usage = _usage(usage, self._usage)
@@ -259,7 +276,12 @@ class AnthropicStreamDecoder:
             raise ValueError("delta is not an object")
         reason = _optional_str(delta, "stop_reason")
         if reason and self._finish is None:
-            self._finish = Finish(_STOP.get(reason, "stop"), stop_reason=reason)
+            self._finish = Finish(
+                _STOP.get(reason, "stop"),
+                stop_reason=reason,
+                model=self._model,
+                response_id=self._response_id,
+            )
 
     @staticmethod
     def _error(error: Any) -> Finish:

@@ -1,7 +1,8 @@
 """HTTP plumbing shared by the streaming adapters: clients, failure mapping, the SSE pump.
 
 Failure mapping (SPEC §15): 401/403 → ``AUTH`` naming the key's env var, 429 → ``HTTP_429``,
-5xx and 529 → ``HTTP_5XX``, other 4xx → ``HTTP_4XX`` with the provider's message; a connect
+5xx and 529 → ``HTTP_5XX``, a 400/413 whose body says the context window is exceeded →
+``CONTEXT_OVERFLOW``, other 4xx → ``HTTP_4XX`` with the provider's message; a connect
 failure → ``CONNECTION``, any timeout → ``TIMEOUT``, a transport error once the body streams or
 a stream that ends without a finish → ``STREAM_CUT``, a 200 that is not ``text/event-stream`` or
 a malformed frame → ``BAD_STREAM``. ``Retry-After`` (seconds or an HTTP date, or OpenAI's
@@ -19,6 +20,7 @@ import email.utils
 import json
 import math
 import os
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from datetime import UTC
@@ -27,6 +29,7 @@ from typing import Any, Final, Protocol, final
 import httpx
 import trio
 
+from .._frozen import json_default
 from .base import Chunk, Failure, Finish, ModelError, ModelRequest
 from .sse import SSEEvent, SSEParser
 
@@ -200,6 +203,23 @@ def _retry_after(headers: httpx.Headers) -> float | None:
     return seconds
 
 
+#: What providers say when a request does not fit the model's context window (OpenAI and
+#: compatible servers: ``context_length_exceeded`` / "maximum context length"; Anthropic:
+#: "prompt is too long", "exceed context limit"; others: "context window", "too many tokens").
+_OVERFLOW: Final = re.compile(
+    r"context[_ ]length[_ ]exceeded|maximum context length|context window|context limit"
+    r"|prompt is too long|too many (?:input )?tokens|input is too long|reduce the length",
+    re.IGNORECASE,
+)
+
+
+def is_context_overflow(status: int, body: bytes) -> bool:
+    """Whether an error response says the request exceeds the model's context window."""
+    if status not in (400, 413, 422):
+        return False
+    return _OVERFLOW.search(body.decode("utf-8", "replace")[:4000]) is not None
+
+
 def provider_message(body: bytes) -> str:
     """The provider's error message from an error body (JSON ``error.message`` or the text)."""
     text = body.decode("utf-8", "replace").strip()
@@ -263,6 +283,8 @@ def status_failure(
         return Failure("HTTP_429", f"HTTP 429: {detail}", status, retry_after)
     if status >= 500:  # 529 (Anthropic "overloaded") included
         return Failure("HTTP_5XX", f"HTTP {status}: {detail}", status, retry_after)
+    if is_context_overflow(status, body):
+        return Failure("CONTEXT_OVERFLOW", f"HTTP {status}: {detail}", status)
     if 400 <= status < 500:
         return Failure("HTTP_4XX", f"HTTP {status}: {detail}", status)
     return Failure("PROVIDER_ERROR", f"unexpected HTTP {status}: {detail}", status)
@@ -465,7 +487,9 @@ def post_stream(
         pool.get(),
         url,
         headers=headers,
-        body=json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(),
+        body=json.dumps(
+            body, ensure_ascii=False, separators=(",", ":"), default=json_default
+        ).encode(),
         decoder=decoder,
         key_env=key_env,
     )

@@ -142,10 +142,12 @@ class OpenAIStreamDecoder:
     __slots__ = (
         "_calls",
         "_finish",
+        "_model",
         "_next",
         "_open",
         "_open_kind",
         "_refused",
+        "_response_id",
         "_usage",
         "done",
     )
@@ -160,6 +162,10 @@ class OpenAIStreamDecoder:
         self._usage: Usage | None = None
         self._refused = False
         """Refusal text arrived: a plain ``stop`` is reported as ``refusal``."""
+        self._model: str | None = None
+        """The frames' ``model`` (the model that answered), kept for the finish."""
+        self._response_id: str | None = None
+        """The frames' ``id`` (the completion's id), kept for the finish."""
 
     def feed(self, event: SSEEvent) -> list[Chunk]:
         """Normalise one SSE event.
@@ -192,6 +198,8 @@ class OpenAIStreamDecoder:
             return [_stream_error(frame if error is None else error)]
         if usage := frame.get("usage"):
             self._usage = _usage(usage)
+        if self._model is None or self._response_id is None:
+            self._identify(frame)
         choices = frame.get("choices")
         if not choices:
             return []
@@ -209,6 +217,17 @@ class OpenAIStreamDecoder:
                 raise ValueError("finish_reason is not a string")
             self._on_finish(reason, out)
         return out
+
+    def _identify(self, frame: Mapping[str, Any]) -> None:
+        """Keep the frame's ``model`` and ``id`` (every chunk repeats them; the first wins).
+
+        They only describe the response, so a value of the wrong type is ignored rather than
+        failing the stream.
+        """
+        if self._model is None and type(model := frame.get("model")) is str and model:
+            self._model = model
+        if self._response_id is None and type(rid := frame.get("id")) is str and rid:
+            self._response_id = rid
 
     def _delta(self, delta: Mapping[str, Any], out: list[Chunk]) -> None:
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
@@ -303,7 +322,9 @@ class OpenAIStreamDecoder:
             out.append(BlockEnd(call.index))
         if self._refused and reason in ("stop", None):
             reason = "refusal"
-        self._finish = Finish(mapped, stop_reason=reason)
+        self._finish = Finish(
+            mapped, stop_reason=reason, model=self._model, response_id=self._response_id
+        )
 
     def _done_without_finish(self) -> list[Chunk]:
         """``[DONE]`` with no finish reason: complete after content, else a cut stream."""

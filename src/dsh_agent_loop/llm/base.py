@@ -181,6 +181,13 @@ class Finish:
     stop_reason: str | None = None
     """The provider's own finish reason (``end_turn``, ``content_filter``, ...)."""
     failure: Failure | None = None
+    model: str | None = attrs.field(default=None, eq=False)
+    """The model that answered, as the provider named it (``None``: not reported)."""
+    response_id: str | None = attrs.field(default=None, eq=False)
+    """The provider's id of the response (``chatcmpl-…``, ``msg_…``; ``None``: not reported).
+
+    ``model`` and ``response_id`` describe the response, not its outcome: they are left out of
+    equality, so two finishes with the same reason and failure compare equal."""
 
 
 Chunk = BlockStart | TextDelta | ReasoningDelta | ToolCallDelta | BlockEnd | UsageChunk | Finish

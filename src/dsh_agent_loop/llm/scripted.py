@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, final
 import attrs
 import trio
 
+from .._frozen import json_default
 from .base import (
     BlockEnd,
     BlockStart,
@@ -74,7 +75,11 @@ class Reply:
         for call in calls:
             name, args = call[0], call[1]
             call_id = call[2] if len(call) > 2 else None
-            raw = args if isinstance(args, str) else json.dumps(args, separators=(",", ":"))
+            raw = (
+                args
+                if isinstance(args, str)
+                else json.dumps(args, separators=(",", ":"), default=json_default)
+            )
             out.append((str(name), raw, call_id))
         return tuple(out)
 

@@ -71,6 +71,31 @@ class McpConnectionStatistics:
     tools: int
 
 
+def _sdk_version() -> str | None:
+    """The installed MCP SDK's version (None: not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("mcp")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _sdk_problem() -> str | None:
+    """Why the installed MCP SDK cannot be used, or None.
+
+    ``mcp>=2`` is required: under trio the 1.x client loses responses to concurrent HTTP
+    requests and sends no cancellation when a caller is cancelled.
+    """
+    version = _sdk_version()
+    if version is None:
+        return "the MCP SDK is not installed (pip install 'dsh-agent-loop[mcp]')"
+    major = version.split(".", 1)[0]
+    if not major.isdigit() or int(major) < 2:
+        return f"mcp {version} is installed, and MCP servers need mcp>=2 (pip install 'mcp>=2')"
+    return None
+
+
 def _problem(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         return _problem(exc.exceptions[0])
@@ -171,6 +196,9 @@ class McpConnection:
     async def _serve(self, status: Any) -> McpStartError | None:
         """One session from start to loss; returns the error when it never started."""
         self._lost = self._list_changed = False
+        sdk_problem = _sdk_problem()
+        if sdk_problem is not None:
+            return McpStartError(self.spec.name, sdk_problem)
         ready = False
         with tempfile.TemporaryFile() as errlog:
             try:

@@ -14,7 +14,9 @@ views handed out earlier keep what they showed. Sans-I/O.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, final, overload
+from typing import Any, ClassVar, final, overload
+
+from msgspec import Struct, field
 
 from .._frozen import FrozenDict
 from ..events import SURFACE_TYPES, SYSTEM_MESSAGE, Event
@@ -78,29 +80,32 @@ def _is_visible(event: Event) -> bool:
     return not (event.type == SYSTEM_MESSAGE and not message.get("content"))
 
 
+def _no_entries() -> list[Event]:
+    return []
+
+
+def _no_messages() -> list[FrozenDict]:
+    return []
+
+
 @final
-class SurfaceProjection:
-    """Folds surface events; answers derived history and the surviving system nodes."""
+class SurfaceProjection(Struct, gc=False):
+    """Folds surface events; answers derived history and the surviving system nodes.
 
-    __slots__ = (
-        "_messages",
-        "_nodes",
-        "entries",
-        "generation",
-        "system_nodes",
-    )
+    Not tracked by the garbage collector (it holds events and frozen messages only).
+    """
 
-    types = SURFACE_TYPES
+    types: ClassVar[frozenset[str]] = SURFACE_TYPES
 
-    def __init__(self) -> None:
-        self.entries: list[Event] = []
-        """Surface events in order."""
-        self.system_nodes: list[Event] = []
-        """Surviving ``system/message`` surface events in order (node 0 is the head)."""
-        self.generation = 0
-        """Counts replacements; a change tells the driver a new request series starts."""
-        self._nodes: list[tuple[int, str]] | None = None
-        self._messages: list[FrozenDict] = []
+    entries: list[Event] = field(default_factory=_no_entries)
+    """Surface events in order."""
+    system_nodes: tuple[Event, ...] = ()
+    """Surviving ``system/message`` surface events in order (node 0 is the head). A tuple:
+    system messages are few, and a tuple of events is not tracked by the collector."""
+    generation: int = 0
+    """Counts replacements; a change tells the driver a new request series starts."""
+    _nodes: tuple[tuple[int, str], ...] | None = None
+    _messages: list[FrozenDict] = field(default_factory=_no_messages)
 
     def fold(self, event: Event) -> None:
         """Fold one event (non-surface types are ignored)."""
@@ -109,9 +114,9 @@ class SurfaceProjection:
         op = event.surface_op
         if op is None or op == "append":
             self.entries.append(event)
-            message = event.data.get("message")
+            message = event.data._d.get("message")  # (the dict of the FrozenDict: hot path)
             if event.type == SYSTEM_MESSAGE:
-                self.system_nodes.append(event)
+                self.system_nodes = (*self.system_nodes, event)
                 self._nodes = None
                 if message is not None and message.get("content"):
                     self._messages.append(message)
@@ -141,17 +146,17 @@ class SurfaceProjection:
         i, j = self.check_replace(op)
         self.entries[i : j + 1] = [event]
         self.generation += 1
-        self.system_nodes = [e for e in self.entries if e.type == SYSTEM_MESSAGE]
+        self.system_nodes = tuple([e for e in self.entries if e.type == SYSTEM_MESSAGE])
         self._nodes = None
         self._messages = [e.data["message"] for e in self.entries if _is_visible(e)]
 
     def node_texts(self) -> list[tuple[int, str]]:
         """``(seq, text)`` of the surviving system nodes, head first (cached until they change)."""
-        if self._nodes is None:
-            self._nodes = [
-                (int(e.seq or 0), message_text(e.data["message"])) for e in self.system_nodes
-            ]
-        return self._nodes
+        if self._nodes is None:  # kept as a tuple (untracked by the collector), handed as a list
+            self._nodes = tuple(
+                [(int(e.seq or 0), message_text(e.data["message"])) for e in self.system_nodes]
+            )
+        return list(self._nodes)
 
     def messages(self) -> MessagesView:
         """The derived history now (an O(1) immutable view)."""

@@ -12,11 +12,19 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, final
 
 from .._frozen import FrozenDict, freeze
-from ..events import DURABLE_TYPES, SURFACE_TYPES, Event, make_event
+from ..events import DURABLE_TYPES, SURFACE_TYPES, Event, _new_event
 from .history import MessagesView, SurfaceProjection
 from .projections import InboxProjection, LoopState
 
-__all__ = ["Projection", "Session", "SessionView"]
+__all__ = ["Projection", "Session", "SessionView", "Waker"]
+
+
+class Waker(Protocol):
+    """What a session tells that events are pending (the session writer)."""
+
+    def wake(self) -> None:
+        """Events are pending; never switches tasks."""
+        ...
 
 
 class Projection(Protocol):
@@ -96,10 +104,10 @@ class Session:
         "header",
         "id",
         "inbox",
-        "on_append",
         "state",
         "surface",
         "wake_limit",
+        "waker",
     )
 
     def __init__(
@@ -113,11 +121,12 @@ class Session:
         self.id: str = str(header["session_id"])
         self._clock = clock
         self._events: list[Event] = []
-        self._pending: list[Event] = []
+        self._pending: list[Event] | tuple[()] = ()  # () while none: no list per idle session
         self._extra: list[Projection] | None = None
-        self.on_append: Callable[[], None] | None = None
-        """Set by the session writer: called when the first event is pending, and after each
-        append while ``wake_limit`` or more are (the writer commits early then)."""
+        self.waker: Waker | None = None
+        """Set by the session writer (itself, not a bound method: one object less per
+        session): woken when the first event is pending, and after each append while
+        ``wake_limit`` or more are (the writer commits early then)."""
         self.wake_limit = 1
         self.surface = SurfaceProjection()
         self.inbox = InboxProjection()
@@ -172,8 +181,8 @@ class Session:
         source_event_seqs: tuple[int, ...] | None = None,
     ) -> Event:
         """Append one event built from already-frozen ``data`` (the driver's hot path)."""
-        event = make_event(
-            type, len(self._events), self._clock(), data, surface_op, source_event_seqs
+        event = _new_event(  # field order: ignorable comes before surface_op
+            type, len(self._events), self._clock(), data, False, surface_op, source_event_seqs
         )
         fold = _BUILTIN_FOLDS.get(type)
         if fold is not None:
@@ -184,9 +193,14 @@ class Session:
                     projection.fold(event)
         self._events.append(event)
         pending = self._pending
-        pending.append(event)
-        if self.on_append is not None and (len(pending) == 1 or len(pending) >= self.wake_limit):
-            self.on_append()
+        if pending:
+            pending.append(event)
+            if len(pending) >= self.wake_limit and self.waker is not None:
+                self.waker.wake()
+        else:
+            self._pending = [event]
+            if self.waker is not None:
+                self.waker.wake()
         return event
 
     def append(self, *events: Event) -> list[Event]:
@@ -201,12 +215,17 @@ class Session:
         for event in stamped:
             self._check_type(event)
         self._check_surface_ops(stamped)
+        if not stamped:
+            return stamped
+        pending = self._pending
+        if not pending:
+            pending = self._pending = []
         for event in stamped:
             self._fold(event)
             self._events.append(event)
-            self._pending.append(event)
-        if stamped and self.on_append is not None:
-            self.on_append()
+            pending.append(event)
+        if self.waker is not None:
+            self.waker.wake()
         return stamped
 
     def _check_surface_ops(self, batch: list[Event]) -> None:
@@ -231,8 +250,8 @@ class Session:
 
     def take_pending(self) -> list[Event]:
         """Hand the events not yet given to the store to the caller (the writer)."""
-        pending, self._pending = self._pending, []
-        return pending
+        pending, self._pending = self._pending, ()
+        return pending if pending else []
 
     def has_pending(self) -> bool:
         """True when events wait for the writer."""

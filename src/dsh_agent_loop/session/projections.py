@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from itertools import islice
-from typing import Any, Final, final, overload
+from typing import Any, ClassVar, Final, final, overload
+
+from msgspec import Struct, field
 
 from .._frozen import FrozenDict
 from ..errors import AgentLoopError
@@ -76,18 +78,17 @@ def _id_number(message_id: Any) -> int:
 
 
 @final
-class PendingList(Sequence[FrozenDict]):
+class PendingList(Struct, gc=False):
     """One pending list: a read-only sequence whose front can be claimed in O(1) amortised.
 
     Claimed messages stay in ``_items`` before ``_head`` until they outnumber the live ones
-    (the session log references them anyway), so a claim never shifts the whole list.
+    (the session log references them anyway), so a claim never shifts the whole list. Not
+    tracked by the garbage collector (it holds frozen messages only), and an empty list holds
+    the shared empty tuple, so an idle agent's two lists cost the collector nothing.
     """
 
-    __slots__ = ("_head", "_items")
-
-    def __init__(self, items: Sequence[FrozenDict] = ()) -> None:
-        self._items: list[FrozenDict] = list(items)
-        self._head = 0
+    _items: list[FrozenDict] | tuple[()] = ()
+    _head: int = 0
 
     def __len__(self) -> int:
         return len(self._items) - self._head
@@ -102,7 +103,7 @@ class PendingList(Sequence[FrozenDict]):
         if isinstance(index, slice):
             start, stop, step = index.indices(len(self))
             if step == 1:
-                return self._items[head + start : head + max(start, stop)]
+                return list(self._items[head + start : head + max(start, stop)])
             return [self._items[head + i] for i in range(start, stop, step)]
         if index < 0:
             index += len(self)
@@ -112,6 +113,28 @@ class PendingList(Sequence[FrozenDict]):
 
     def __iter__(self) -> Iterator[FrozenDict]:
         return islice(self._items, self._head, None)
+
+    def __reversed__(self) -> Iterator[FrozenDict]:
+        items = self._items
+        return (items[i] for i in range(len(items) - 1, self._head - 1, -1))
+
+    def __contains__(self, value: object) -> bool:
+        return any(m == value for m in self)
+
+    def index(self, value: object) -> int:
+        """Position of the first message equal to ``value``.
+
+        Raises:
+            ValueError: none is.
+        """
+        for i, message in enumerate(self):
+            if message == value:
+                return i
+        raise ValueError("message is not pending")
+
+    def count(self, value: object) -> int:
+        """How many pending messages equal ``value``."""
+        return sum(1 for m in self if m == value)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, PendingList | list | tuple):
@@ -132,41 +155,47 @@ class PendingList(Sequence[FrozenDict]):
         """
         items = self._items
         at = self._head + start
-        removed = items[at : at + count]
+        removed = list(items[at : at + count])
         if start == 0 and count and not inserted:
             self._head += count
             if self._head == len(items):
-                items.clear()
+                self._items = ()  # empty again: back to the shared empty tuple
                 self._head = 0
             elif self._head >= _COMPACT_AT and 2 * self._head > len(items):
-                del items[: self._head]
+                del items[: self._head]  # type: ignore[union-attr]  # non-empty: a list
                 self._head = 0
-        else:
-            items[at : at + count] = inserted
+        elif inserted or count:
+            if type(items) is tuple:
+                items = self._items = []
+            items[at : at + count] = inserted  # type: ignore[index]
+            if not items:
+                self._items = ()
+                self._head = 0
         return removed
 
 
+Sequence.register(PendingList)
+
+
+def _new_lists() -> dict[str, PendingList]:
+    return {NEXT_TURN: PendingList(), NEXT_STEP: PendingList()}
+
+
 @final
-class InboxProjection:
-    """The two pending lists, rebuilt from splices."""
+class InboxProjection(Struct, gc=False):
+    """The two pending lists, rebuilt from splices (not tracked by the garbage collector)."""
 
-    __slots__ = (
-        "_index",
-        "_pending",
-        "lists",
-        "max_id",
-    )
+    types: ClassVar[frozenset[str]] = frozenset({INBOX_SPLICED, USER_MESSAGE})
 
-    types = frozenset({INBOX_SPLICED, USER_MESSAGE})
-
-    def __init__(self) -> None:
-        self.lists: dict[str, PendingList] = {NEXT_TURN: PendingList(), NEXT_STEP: PendingList()}
-        self.max_id = 0
-        """Highest ``m-<n>`` seen, so new ids stay unique per session."""
-        self._index: dict[Any, int] | None = None
-        # Pending id -> how many pending messages carry it (1 unless a stored log broke the
-        # uniqueness rule); None while few messages are pending (a scan is cheaper then).
-        self._pending = 0  # messages pending in both lists
+    lists: dict[str, PendingList] = field(default_factory=_new_lists)
+    """The ``next-turn`` and ``next-step`` lists (the same two objects for its whole life)."""
+    max_id: int = 0
+    """Highest ``m-<n>`` seen, so new ids stay unique per session."""
+    _index: dict[Any, int] | None = None
+    """Pending id -> how many pending messages carry it (1 unless a stored log broke the
+    uniqueness rule); None while few messages are pending (a scan is cheaper then)."""
+    _pending: int = 0
+    """Messages pending in both lists."""
 
     def fold(self, event: Event) -> None:
         """Fold one splice (or note a user message id)."""
@@ -243,33 +272,16 @@ class InboxProjection:
 
 
 @final
-class LoopState:
+class LoopState(Struct, gc=False):
     """What the driver derives from the log: turns, steps, request records, context text.
 
     It also counts what ``statistics()`` reports (``counters``): an int increment per
     ``step/start``, per tool call of an assistant message (each gets its one ``tool/call``) and
-    per usage kind of an ``assistant/message``.
+    per usage kind of an ``assistant/message``. Not tracked by the garbage collector: it holds
+    frozen data, ints and strings only (``approvals`` holds events, ``call_ids`` strings).
     """
 
-    __slots__ = (
-        "approvals",
-        "cache_read_tokens",
-        "call_ids",
-        "context",
-        "header",
-        "input_tokens",
-        "open_step",
-        "open_turn",
-        "output_tokens",
-        "reasoning_tokens",
-        "runtime_context",
-        "step",
-        "steps",
-        "tool_calls",
-        "turn",
-    )
-
-    types = frozenset(
+    types: ClassVar[frozenset[str]] = frozenset(
         {
             TURN_START,
             TURN_END,
@@ -284,30 +296,30 @@ class LoopState:
         }
     )
 
-    def __init__(self) -> None:
-        self.turn = 0
-        self.open_turn = False
-        self.step = 0
-        self.open_step = False
-        self.header: FrozenDict | None = None
-        """The latest ``request/header`` header."""
-        self.context: FrozenDict | None = None
-        """The latest ``request/context`` data."""
-        self.runtime_context: str | None = None
-        """Text of the latest runtime-context ``user/message``."""
-        self.approvals: ApprovalState | None = None
-        """Tool calls awaiting a decision (made on the first approval event)."""
-        self.call_ids: set[str] | None = None
-        """Tool-call ids of every assistant message (made on the first call)."""
-        self.steps = 0
-        """``step/start`` events folded."""
-        self.tool_calls = 0
-        """Tool calls of assistant messages folded (executed or not: one ``tool/call`` each)."""
-        self.input_tokens = 0
-        """Sum of the ``usage`` recorded on assistant messages, by kind (four counters)."""
-        self.output_tokens = 0
-        self.cache_read_tokens = 0
-        self.reasoning_tokens = 0
+    turn: int = 0
+    open_turn: bool = False
+    step: int = 0
+    open_step: bool = False
+    header: FrozenDict | None = None
+    """The latest ``request/header`` header."""
+    context: FrozenDict | None = None
+    """The latest ``request/context`` data."""
+    runtime_context: str | None = None
+    """Text of the latest runtime-context ``user/message``."""
+    approvals: ApprovalState | None = None
+    """Tool calls awaiting a decision (made on the first approval event)."""
+    call_ids: dict[str, None] | None = None
+    """Tool-call ids of every assistant message, as dict keys (a dict of strings is not
+    tracked by the garbage collector; a set would be); made on the first call."""
+    steps: int = 0
+    """``step/start`` events folded."""
+    tool_calls: int = 0
+    """Tool calls of assistant messages folded (executed or not: one ``tool/call`` each)."""
+    input_tokens: int = 0
+    """Sum of the ``usage`` recorded on assistant messages, by kind (four counters)."""
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    reasoning_tokens: int = 0
 
     def counters(self) -> tuple[int, int, int, int, int, int]:
         """``(steps, tool_calls, input, output, cache-read, reasoning tokens)`` so far."""
@@ -321,9 +333,12 @@ class LoopState:
         )
 
     def _note_message(self, data: FrozenDict) -> None:
-        self._note_calls(data["message"]["content"])
-        usage = data.get("usage")
+        d = data._d  # event data is a FrozenDict: read its dict directly (the hot path)
+        self._note_calls(d["message"]["content"])
+        usage = d.get("usage")
         if usage is not None:
+            if isinstance(usage, FrozenDict):
+                usage = usage._d
             self.input_tokens += usage.get("input_tokens", 0)
             self.output_tokens += usage.get("output_tokens", 0)
             self.cache_read_tokens += usage.get("cache_read_tokens", 0)
@@ -333,8 +348,8 @@ class LoopState:
         for block in content:
             if block["type"] == "tool-call":
                 if self.call_ids is None:
-                    self.call_ids = set()
-                self.call_ids.add(block["call_id"])
+                    self.call_ids = {}
+                self.call_ids[block["call_id"]] = None
                 self.tool_calls += 1
 
     def fold(self, event: Event) -> None:
@@ -342,7 +357,7 @@ class LoopState:
         t = event.type
         data = event.data
         if t == STEP_START:
-            self.step = data["step"]
+            self.step = data._d["step"]
             self.open_step = True
             self.steps += 1
         elif t == STEP_END:

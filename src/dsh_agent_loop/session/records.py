@@ -1,6 +1,8 @@
 """Builders for the event payloads the turn machine writes, and the runtime's record cache.
 
-Payloads are built frozen, once, from already-frozen parts. The small ones that repeat across
+Payloads are built frozen, once, from already-frozen parts (the per-step ones with
+``frozen({...})``: a dict literal and one C call, where ``FrozenDict(k=v)`` runs a Python-level
+constructor). The small ones that repeat across
 agents (``{turn}``, ``{turn, step}``, the ``stream`` field of an ``assistant/message``) are
 shared through a ``RecordCache``: the agents of one runtime are at the same turns and steps,
 and each such record would otherwise be one small dict per session. The cache belongs to the
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Final, final
 
-from .._frozen import FrozenDict
+from .._frozen import FrozenDict, frozen
 
 __all__ = [
     "BLOCKED",
@@ -24,6 +26,7 @@ __all__ = [
     "assistant_message_data",
     "attempt_failure_data",
     "interrupted_message_data",
+    "response_data",
     "tool_call_data",
     "tool_result_data",
 ]
@@ -56,7 +59,7 @@ class RecordCache:
     def step_data(self, turn: int, step: int) -> FrozenDict:
         """``{turn, step}``, the data of ``step/start`` and ``step/end``."""
         if turn > SHARED_POSITIONS or step > SHARED_POSITIONS:
-            return FrozenDict(turn=turn, step=step)
+            return frozen({"turn": turn, "step": step})
         data = self._positions.get((turn, step))
         if data is None:
             data = self._positions[turn, step] = FrozenDict(turn=turn, step=step)
@@ -65,7 +68,7 @@ class RecordCache:
     def turn_data(self, turn: int) -> FrozenDict:
         """``{turn}``, the data of ``turn/start``."""
         if turn > SHARED_POSITIONS:
-            return FrozenDict(turn=turn)
+            return frozen({"turn": turn})
         data = self._positions.get((turn, 0))
         if data is None:
             data = self._positions[turn, 0] = FrozenDict(turn=turn)
@@ -86,13 +89,43 @@ class RecordCache:
 
 
 def assistant_message_data(
-    turn: int, step: int, content: tuple[FrozenDict, ...], stream: FrozenDict, usage: Any = None
+    turn: int,
+    step: int,
+    content: tuple[FrozenDict, ...],
+    stream: FrozenDict,
+    usage: Any = None,
+    response: FrozenDict | None = None,
 ) -> FrozenDict:
-    """``assistant/message`` data: the message, its ``stream`` record and ``usage`` if known."""
-    message = FrozenDict(role="assistant", content=content)
+    """``assistant/message`` data: the message, its ``stream`` record and the optional parts.
+
+    ``usage`` when known, and ``response`` (``{model?, id?}``, see ``response_data``) when the
+    provider reported it; the scripted model reports neither key of ``response``.
+    """
+    message = frozen({"role": "assistant", "content": content})
+    if response is not None:
+        data: dict[str, Any] = {"turn": turn, "step": step, "message": message, "stream": stream}
+        if usage is not None:
+            data["usage"] = usage
+        data["response"] = response
+        return frozen(data)
     if usage is not None:
-        return FrozenDict(turn=turn, step=step, message=message, stream=stream, usage=usage)
-    return FrozenDict(turn=turn, step=step, message=message, stream=stream)
+        return frozen(
+            {"turn": turn, "step": step, "message": message, "stream": stream, "usage": usage}
+        )
+    return frozen({"turn": turn, "step": step, "message": message, "stream": stream})
+
+
+def response_data(model: str | None, response_id: str | None) -> FrozenDict | None:
+    """The ``response`` field of an ``assistant/message``: ``{model?, id?}``.
+
+    The model that answered and the provider's id of the response, as the provider reported
+    them; None when it reported neither (the field is then left out).
+    """
+    if model is None:
+        return None if response_id is None else FrozenDict(id=response_id)
+    if response_id is None:
+        return FrozenDict(model=model)
+    return FrozenDict(model=model, id=response_id)
 
 
 def interrupted_message_data(
@@ -127,12 +160,15 @@ def abandoned_attempt_data(
 
 def tool_call_data(turn: int, step: int, block: FrozenDict) -> FrozenDict:
     """``tool/call`` data for a model tool-call block."""
-    return FrozenDict(
-        turn=turn,
-        step=step,
-        call_id=block["call_id"],
-        name=block["name"],
-        arguments=block.get("arguments", ""),
+    b = block._d
+    return frozen(
+        {
+            "turn": turn,
+            "step": step,
+            "call_id": b["call_id"],
+            "name": b["name"],
+            "arguments": b.get("arguments", ""),
+        }
     )
 
 
@@ -146,17 +182,24 @@ def tool_result_data(
     meta: Any = None,
 ) -> FrozenDict:
     """``tool/result`` data: the model-facing tool message, plus ``error: {name, code}``."""
-    call_id, name = block["call_id"], block["name"]
-    result = FrozenDict(
-        type="tool-result", call_id=call_id, name=name, text=text, is_error=error is not None
+    b = block._d
+    call_id, name = b["call_id"], b["name"]
+    result = frozen(
+        {
+            "type": "tool-result",
+            "call_id": call_id,
+            "name": name,
+            "text": text,
+            "is_error": error is not None,
+        }
     )
-    message = FrozenDict(role="tool", call_id=call_id, name=name, content=(result,))
+    message = frozen({"role": "tool", "call_id": call_id, "name": name, "content": (result,)})
     data: dict[str, Any] = {"turn": turn, "step": step, "message": message}
     if error is not None:
-        data["error"] = FrozenDict(name=error[0], code=error[1])
+        data["error"] = frozen({"name": error[0], "code": error[1]})
     if meta is not None:
         data["meta"] = meta
-    return FrozenDict(data)
+    return frozen(data)
 
 
 def approval_requested_data(

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import final
+from typing import Protocol, final
 
 import attrs
 import trio
 
-from .._wakeup import Latch, Wakeup
+from .._wakeup import Wakeup
 from ..errors import StoreError
 from ..events import Event
 from .log import Session
@@ -37,6 +37,7 @@ __all__ = [
     "CommitTimer",
     "CommitTimerStatistics",
     "SessionWriter",
+    "WriterOwner",
     "WriterStatistics",
     "as_store_error",
 ]
@@ -134,6 +135,18 @@ class CommitTimer:
                     writer.request_commit()
 
 
+class WriterOwner(Protocol):
+    """Who a writer tells about commits and a store failure (the agent)."""
+
+    def on_commit(self, batch: Sequence[Event]) -> None:
+        """``batch`` is committed (called in the writer's task, after flush waiters wake)."""
+        ...
+
+    def on_store_failure(self, failure: StoreError) -> None:
+        """The store failed; told once, synchronously (the agent may be idle)."""
+        ...
+
+
 @final
 class SessionWriter:
     """Group-commits one session's appended events to its write handle."""
@@ -151,10 +164,12 @@ class SessionWriter:
         "_flush_requested",
         "_handed_seq",
         "_idle_scope",
-        "_lot",
         "_on_commit",
         "_on_failure",
+        "_owner",
+        "_parked",
         "_stopped",
+        "_stopped_event",
         "_timer",
         "handle",
         "session",
@@ -171,16 +186,23 @@ class SessionWriter:
         commit_delay: float = COMMIT_DELAY,
         batch_limit: int = BATCH_LIMIT,
         timer: CommitTimer | None = None,
+        owner: WriterOwner | None = None,
     ) -> None:
         self.session = session
         self.handle = handle
         self._on_commit = on_commit
         self._on_failure = on_failure
         """Told once, synchronously, when the store fails (the agent may be idle)."""
+        self._owner = owner
+        """Told both (``on_commit``, ``on_store_failure``) after the two callbacks; passing the
+        object instead of two bound methods saves two GC-tracked objects per session."""
         self._commit_delay = commit_delay
         self._batch_limit = batch_limit
         self._timer = timer
-        self._lot = Wakeup()
+        # The writer's own park/unpark (what ``Wakeup`` does, inline: the writer is where an
+        # idle agent's task waits, and a ``Wakeup`` would add an object and a coroutine frame
+        # to every idle agent).
+        self._parked: trio.lowlevel.Task | None = None
         self._dirty = False
         self._flush_requested = False
         self._closing = False
@@ -191,8 +213,9 @@ class SessionWriter:
         self._committed_seq = durable_seq
         self._commit_done: trio.Event | None = None
         self._failure: StoreError | None = None
-        self._stopped = Latch()
-        session.on_append = self.wake
+        self._stopped = False
+        self._stopped_event: trio.Event | None = None  # made only when someone waits
+        session.waker = self
         session.wake_limit = batch_limit
         self._commits = 0
         self._events_committed = 0
@@ -221,7 +244,7 @@ class SessionWriter:
         self._dirty = True
         if not self._flush_requested:
             self._flush_requested = True
-            self._lot.fire()
+            self._fire()
 
     async def flush(self) -> None:
         """Wait until every event appended so far is committed (the durability barrier).
@@ -233,7 +256,7 @@ class SessionWriter:
         while self._committed_seq < target:
             if self._failure is not None:
                 raise self._failure
-            if self._stopped.is_set():
+            if self._stopped:
                 raise StoreError("the session writer is closed")
             done = self._commit_done
             if done is None:
@@ -269,10 +292,10 @@ class SessionWriter:
             if ttl is None and self._timer is not None:
                 # The common case: no lease to renew, and the runtime's timer keeps the commit
                 # delay. Inline, not a method: one frame less per parked writer (W3 memory).
-                lot = self._lot
                 while not self._closing:
                     while not (self._flush_requested or self._closing):
-                        await lot.park()
+                        self._parked = trio.lowlevel.current_task()
+                        await trio.lowlevel.wait_task_rescheduled(self._unpark)
                     if self._dirty and self._failure is None:
                         await self._commit()
             await self._run_timed(ttl)
@@ -290,7 +313,9 @@ class SessionWriter:
             finally:
                 if self._timer is not None:
                     self._timer.forget(self)
-                self._stopped.set()
+                self._stopped = True
+                if self._stopped_event is not None:
+                    self._stopped_event.set()
                 self._release_waiters()
 
     async def _run_timed(self, ttl: float | None) -> None:
@@ -304,13 +329,24 @@ class SessionWriter:
                 idle.deadline = deadline
                 self._idle_scope = idle
                 while not (self._flush_requested or self._closing):
-                    await self._lot.park()
+                    self._parked = trio.lowlevel.current_task()
+                    await trio.lowlevel.wait_task_rescheduled(self._unpark)
             self._idle_scope = None
             if self._dirty and self._failure is None:
                 await self._commit()
             if ttl is not None and trio.current_time() >= next_renew:
                 next_renew = trio.current_time() + ttl / 3
                 await self._renew()
+
+    def _fire(self) -> None:
+        task = self._parked
+        if task is not None:
+            self._parked = None
+            trio.lowlevel.reschedule(task)
+
+    def _unpark(self, _: object) -> trio.lowlevel.Abort:
+        self._parked = None  # cancelled while parked
+        return trio.lowlevel.Abort.SUCCEEDED
 
     async def _renew(self) -> None:
         if self._failure is not None:
@@ -339,14 +375,19 @@ class SessionWriter:
             self._committed_seq = self._handed_seq
             self._commits += 1
         self._release_waiters()
-        if batch and self._on_commit is not None:
-            self._on_commit(batch)
+        if batch:
+            if self._on_commit is not None:
+                self._on_commit(batch)
+            if self._owner is not None:
+                self._owner.on_commit(batch)
 
     def _fail(self, exc: Exception) -> None:
         failure = self._failure = as_store_error(exc)
         self._release_waiters()
         if self._on_failure is not None:
             self._on_failure(failure)
+        if self._owner is not None:
+            self._owner.on_store_failure(failure)
 
     def _release_waiters(self) -> None:
         done, self._commit_done = self._commit_done, None
@@ -366,10 +407,15 @@ class SessionWriter:
     async def aclose(self) -> None:
         """Commit what is pending, close the handle, and wait for the task to end."""
         self._closing = True
-        self._lot.fire()
-        await self._stopped.wait()
+        self._fire()
+        if self._stopped:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._stopped_event is None:
+            self._stopped_event = trio.Event()
+        await self._stopped_event.wait()
 
     @property
     def stopped(self) -> bool:
         """True once the writer task has ended."""
-        return self._stopped.is_set()
+        return self._stopped

@@ -4,7 +4,8 @@ r"""Events as the stores keep them: one compact JSON text per event, its sha256,
 byte for byte (a test pins that), at under half the cost, which matters because it runs once
 per stored event on the commit path. It calls the C scanner ``json.JSONEncoder.encode`` would
 build, built once here instead of once per call (``JSONEncoder.iterencode`` makes a new one
-each time); without the C accelerator it falls back to the encoder object.
+each time); without the C accelerator it falls back to the encoder object. A ``FrozenDict``
+(not a ``dict``) is encoded through ``json_default`` as the ``dict`` it holds.
 
 Lone surrogates. A Python ``str`` may hold a lone surrogate (``"\ud800"``, as
 ``os.fsdecode`` makes of undecodable bytes), which no UTF-8 text can carry: SQLite and
@@ -25,7 +26,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from .._frozen import freeze, thaw
+from .._frozen import freeze, json_default, thaw
 from ..errors import StoreError
 from ..events import TURN_END, Event
 from ..session.store import SessionInfo
@@ -41,7 +42,9 @@ __all__ = [
     "text_json",
 ]
 
-_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
+_ENCODER: Final = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), check_circular=False, default=json_default
+)
 
 
 def _c_encode() -> Callable[[dict[str, Any]], str] | None:

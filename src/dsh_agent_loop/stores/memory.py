@@ -39,12 +39,9 @@ __all__ = ["MemoryStore"]
 @attrs.define(eq=False)
 class _Stored:
     header: Mapping[str, Any]
+    session_id: str
     events: list[Event] = attrs.Factory(list)
     owner: _MemoryWriteHandle | None = None
-
-    @property
-    def session_id(self) -> str:
-        return str(self.header["session_id"])
 
 
 async def _read_range(record: _Stored, start: int, stop: int | None) -> list[Event]:
@@ -77,7 +74,7 @@ class _Sessions:
 class _MemoryWriteHandle:
     _sessions: _Sessions
     _record: _Stored
-    _staged: list[Event] = attrs.Factory(list)
+    _staged: list[Event] | tuple[()] = ()  # () while nothing is staged (most of the time)
     _closed: bool = False
 
     @property
@@ -99,22 +96,28 @@ class _MemoryWriteHandle:
     async def read(self, offset: int = 0, length: int | None = None) -> list[Event]:
         await trio.lowlevel.checkpoint()
         end = None if length is None else offset + length
-        return (self._record.events + self._staged)[offset:end]
+        return [*self._record.events, *self._staged][offset:end]
 
     async def append(self, events: Sequence[Event]) -> None:
         if self._closed:
             self._check_open()
         record = self._record
         next_seq = len(record.events) + len(self._staged)
-        self._staged.extend(new_suffix(record.session_id, next_seq, events, self._stored_at))
+        new = new_suffix(record.session_id, next_seq, events, self._stored_at)
+        if new:
+            if self._staged:
+                self._staged.extend(new)
+            else:
+                self._staged = list(new)
 
     async def flush(self) -> None:
         if self._closed:
             self._check_open()
-        if self._staged:
-            self._record.events.extend(self._staged)
-            self._sessions.committed(len(self._staged))
-            self._staged.clear()
+        staged = self._staged
+        if staged:
+            self._record.events.extend(staged)
+            self._sessions.committed(len(staged))
+            self._staged = ()
 
     async def renew(self) -> None:
         self._check_open()
@@ -130,7 +133,7 @@ class _MemoryWriteHandle:
     async def abort(self) -> None:
         if self._closed:
             return
-        self._staged.clear()
+        self._staged = ()
         self._release()
         await trio.lowlevel.cancel_shielded_checkpoint()
 
@@ -187,7 +190,7 @@ class MemoryStore:
                     f"session {sid!r} is owned by another writer in this process",
                     owner="this process",
                 )
-        record = _Stored(header=freeze(header))
+        record = _Stored(header=freeze(header), session_id=sid)
         self._sessions[sid] = record
         handle = _MemoryWriteHandle(self._state, record)
         record.owner = handle

@@ -25,7 +25,7 @@ from typing import Any, Literal, final, overload
 import attrs
 import fastjsonschema
 
-from .._frozen import FrozenDict, freeze
+from .._frozen import FrozenDict, freeze, json_default
 
 __all__ = [
     "ArgumentsError",
@@ -304,7 +304,7 @@ def _from_function(
         if type(result) is str or isinstance(result, ToolResult):
             return result
         try:  # strict JSON: no NaN, and no str() of what JSON cannot hold
-            return json.dumps(result, ensure_ascii=False, allow_nan=False)
+            return json.dumps(result, ensure_ascii=False, allow_nan=False, default=json_default)
         except (TypeError, ValueError, RecursionError) as exc:
             raise InvalidToolResult(
                 f"the tool returned {type(result).__name__}, which is not JSON ({exc})"

@@ -1,0 +1,161 @@
+"""``AgentHandle``: owns one live agent and tears it down exactly once (SPEC §13).
+
+Teardown is memoised and exact: stop the agent taking work and cancel its running turn
+(``disposed``; its sub-agents' running turns abort with cause ``parent``), dispose its live
+sub-agents — so their logs close before its own — wait for its driver, close its scope, close
+its writer and the writer's handle, then detach the agent and the session from the registries
+(``agent/lifecycle.py``), each detach bound to the exact entry that was entered, so a stale
+disposer cannot remove a newer agent with the same id. Closing the writer is bounded
+(``WRITER_CLOSE_TIMEOUT``), so a hung store cannot hang a teardown. A teardown asked for from
+inside the agent's own task tree (its tool or hook) cannot wait for the driver that waits for
+it: it runs in a task of the runtime's nursery instead (see ``AgentHandle.dispose``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, final
+
+import trio
+
+from ..errors import StoreError
+from ..events import AGENT_DISPOSED, SESSION_DISPOSED
+from ..session.writer import CLOSE_TIMEOUT, SessionWriter
+
+if TYPE_CHECKING:
+    from .driver import Agent
+    from .lifecycle import Agents
+
+__all__ = ["WRITER_CLOSE_TIMEOUT", "AgentHandle"]
+
+#: Seconds a teardown waits for the session writer to commit what is left and close its handle
+#: (the writer bounds its final commit by ``CLOSE_TIMEOUT``; a commit in flight may precede it).
+WRITER_CLOSE_TIMEOUT = 2 * CLOSE_TIMEOUT
+
+_log = logging.getLogger("dsh_agent_loop.lifecycle")
+
+
+@final
+class AgentHandle:
+    """Owns one live agent; ``dispose()`` tears it down exactly once.
+
+    It is an async context manager: ``async with handle:`` (or ``async with await
+    rt.agents.create(...) as handle:``) disposes the agent when the block ends, however it ends.
+    """
+
+    __slots__ = (
+        "_agents",
+        "_done",
+        "_error",
+        "_writer",
+        "agent",
+    )
+
+    def __init__(self, agents: Agents, agent: Agent, writer: SessionWriter) -> None:
+        self.agent = agent
+        self._agents = agents
+        self._writer = writer
+        self._done: trio.Event | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def session_id(self) -> str:
+        """The agent's session id."""
+        return self.agent.session_id
+
+    async def __aenter__(self) -> AgentHandle:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Dispose the agent (shielded, like ``dispose()``), on an exception or cancel too."""
+        await self.dispose()
+
+    async def dispose(self) -> None:
+        """Tear the agent down (idempotent; concurrent callers wait for the first).
+
+        The teardown is shielded: a caller cancelled while it waits still leaves the agent fully
+        torn down. From the moment it starts the agent takes no messages (``AgentClosedError``).
+
+        Called from inside the agent's own task tree — one of its tools, one of its hooks, or a
+        task they started — the teardown cannot be awaited there: it waits for the driver, which
+        waits for that very caller. ``dispose`` then aborts the running turn (``aborted {cause:
+        disposed}``), starts the teardown in a task of the runtime's nursery and returns through a
+        checkpoint; as the caller runs inside the cancelled turn, that checkpoint normally raises
+        ``trio.Cancelled`` (a tool then ends ``ABORTED``; let it propagate). A teardown failure is
+        then logged and raised to later ``dispose()`` callers. The agent leaves ``rt.agents`` when
+        the teardown completes, shortly after the turn has ended.
+
+        Raises:
+            BaseExceptionGroup: several teardown steps failed (each is in the group).
+        """
+        if self.agent.in_driver_tree():
+            self.agent.begin_stop("disposed")
+            if self._done is None:
+                self._done = trio.Event()
+                self._agents._start_detached_teardown(self)
+            await trio.lowlevel.checkpoint()
+            return
+        if self._done is not None:
+            await self._done.wait()
+            if self._error is not None:
+                raise self._error
+            return
+        self._done = trio.Event()
+        await self._run_teardown()
+
+    async def _run_teardown(self) -> None:
+        assert self._done is not None
+        try:
+            with trio.CancelScope(shield=True):
+                await self._teardown()
+        except BaseException as exc:
+            self._error = exc
+            raise
+        finally:
+            self._done.set()
+
+    async def _detached_teardown(self) -> None:
+        """The teardown of a ``dispose()`` called from the agent's own task tree."""
+        try:
+            await self._run_teardown()
+        except Exception:  # kept in _error for later dispose() callers; nobody awaits this task
+            _log.exception("disposing agent %r failed", self.agent.id)
+
+    async def _teardown(self) -> None:
+        errors: list[Exception] = []
+        agent = self.agent
+        for step in (self._stop_driver, self._close_scope, self._close_writer):
+            try:
+                await step()
+            except Exception as exc:
+                errors.append(exc)
+        self._agents._detach(self)
+        self._agents._emit(SESSION_DISPOSED, {"session_id": agent.session_id, "agent_id": agent.id})
+        self._agents._emit(AGENT_DISPOSED, {"agent_id": agent.id, "session_id": agent.session_id})
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:
+            raise ExceptionGroup(f"disposing agent {agent.id!r} failed", errors)
+
+    async def _stop_driver(self) -> None:
+        agent = self.agent
+        agent.begin_stop("disposed")  # no new turn; the running one and the children's abort
+        try:
+            await self._agents._dispose_children(agent)  # their logs close before this one's
+        finally:
+            await agent.stop("disposed")
+
+    async def _close_scope(self) -> None:
+        self.agent.scope.close()
+
+    async def _close_writer(self) -> None:
+        with trio.move_on_after(WRITER_CLOSE_TIMEOUT):
+            await self._writer.aclose()
+        if not self._writer.stopped:
+            # The agent's task lingers until the runtime ends and cancels it (a bounded commit).
+            raise StoreError(
+                f"the session writer of agent {self.agent.id!r} did not close within"
+                f" {WRITER_CLOSE_TIMEOUT:g} s"
+            )
+        if self._writer.failure is not None and self.agent.store_failure is None:
+            raise self._writer.failure
