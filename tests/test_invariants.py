@@ -324,3 +324,27 @@ def test_a_request_check_is_linear_in_the_history(monkeypatch):
     monkeypatch.setattr(_RequestScan, "extend", counting)
     assert invariants.check(b.events) == []
     assert folded == 2000  # each message is folded once, not once per later request point
+
+
+async def test_a_replacement_that_shadows_node_0_is_caught(autojump_clock):
+    events = await real_log()
+    node0 = first(events, "system/message")
+    user = first(events, "user/message")
+    end = len(events)
+    summary = {"role": "user", "id": "m-99", "content": ({"type": "text", "text": "s"},)}
+    bad = Event(
+        "user/message",
+        end,
+        0.0,
+        {"message": summary},
+        surface_op={"op": "replace", "start_seq": node0.seq, "end_seq": user.seq},
+    )
+    assert "surface-op" in kinds([*events, bad])
+    good = Event(
+        "user/message",
+        end,
+        0.0,
+        {"message": summary},
+        surface_op={"op": "replace", "start_seq": user.seq, "end_seq": user.seq},
+    )
+    assert invariants.check([*events, good]) == []

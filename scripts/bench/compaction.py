@@ -112,20 +112,28 @@ async def _w1(policy: CompactionPolicy | None, steps: int = 1000) -> float:
         return (time.perf_counter() - started) / steps * 1e6
 
 
+def run_compaction_bench(quick: bool = False, messages: int = 1000) -> dict[str, float]:
+    """The figures (``dsh-agent bench`` tabulates them)."""
+    rounds = 3 if quick else 7
+    figures = trio.run(_compaction, messages, rounds)
+    repeats = 3 if quick else 5
+    figures["w1_plain_us_per_step"] = min(trio.run(_w1, None) for _ in range(repeats))
+    figures["w1_policy_us_per_step"] = min(
+        trio.run(_w1, CompactionPolicy()) for _ in range(repeats)
+    )
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print (or write) its figures."""
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--messages", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    figures = trio.run(_compaction, args.messages, args.rounds)
-    plain = min(trio.run(_w1, None) for _ in range(5))
-    policy = min(trio.run(_w1, CompactionPolicy()) for _ in range(5))
-    figures["w1_plain_us_per_step"] = plain
-    figures["w1_policy_us_per_step"] = policy
+    figures = run_compaction_bench(args.quick, args.messages)
     for key, value in figures.items():
         print(f"{key:28} {value:10.1f}")
     if args.json:

@@ -4,8 +4,9 @@ It reports, as ``Violation`` records (an empty list means well formed):
 
 - ``seq``: seqs not dense from 0;
 - ``unknown-type``: a type that is neither durable nor marked ignorable;
-- ``surface-op``: a ``surface_op`` on a non-surface type, or a replace naming events not on the
-  surface;
+- ``surface-op``: a ``surface_op`` on a non-surface type, a replace naming events not on the
+  surface, or a replace by a non-system message that shadows node 0 (the head system message;
+  compaction never does);
 - ``turn``: a turn started while another is open, a ``turn/end`` without a turn, a turn without an
   end (except the last, open one);
 - ``step``: a step started while one is open or outside a turn, a ``step/end`` without a step, a
@@ -32,6 +33,7 @@ import attrs
 from .events import (
     DURABLE_TYPES,
     SURFACE_TYPES,
+    SYSTEM_MESSAGE,
     Event,
 )
 from .session.history import SurfaceProjection
@@ -136,10 +138,25 @@ class _Checker:
             handler = _HANDLERS[event.type] = getattr(_Checker, name, _Checker._other)
         handler(self, event)
         if event.type in SURFACE_TYPES:
+            if event.type != SYSTEM_MESSAGE and event.surface_op not in (None, "append"):
+                self._node_0(event)
             try:
                 self.surface.fold(event)
             except ValueError as exc:
                 self.add("surface-op", event.seq, str(exc))
+
+    def _node_0(self, event: Event) -> None:
+        """A replacement by a user/assistant/tool message must leave node 0 on the surface."""
+        nodes = self.surface.system_nodes
+        if not nodes:
+            return
+        try:
+            i, j = self.surface.check_replace(event.surface_op)
+        except ValueError:
+            return  # reported by the fold
+        head = next(k for k, e in enumerate(self.surface.entries) if e is nodes[0])
+        if i <= head <= j:
+            self.add("surface-op", event.seq, "a replacement shadows node 0")
 
     def _other(self, event: Event) -> None:
         pass

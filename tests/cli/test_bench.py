@@ -242,3 +242,20 @@ def test_the_scale_script_measures_both_sides_in_children() -> None:
         assert 0 <= figures["gc_share"] <= 1
         assert figures["peak_rss_mb"] > 10  # a Python process's, in MB (not kB)
     assert "growth" not in result  # needs both 100 and 10,000 agents
+
+
+def test_the_compaction_rows_report_its_cost_and_the_check_per_step() -> None:
+    from dsh_agent_loop.cli._bench import tabulate
+
+    figures = {
+        "messages": 1000.0,
+        "compact_ms_best": 2.25,
+        "compact_ms_median": 2.5,
+        "usage_us_best": 3.0,
+        "w1_plain_us_per_step": 50.0,
+        "w1_policy_us_per_step": 52.0,
+    }
+    rows = {row.key: row for row in tabulate({"compaction": figures})}
+    assert rows["compaction"].ours == "2.2 ms"
+    assert "1,000 messages" in rows["compaction"].workload
+    assert rows["compaction_w1"].ratio == 52.0 / 50.0

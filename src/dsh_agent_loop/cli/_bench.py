@@ -210,6 +210,25 @@ def _store_rows(result: Mapping[str, Any], targets: Mapping[str, float]) -> Iter
         )
 
 
+def _compaction_rows(result: Mapping[str, Any], targets: Mapping[str, float]) -> Iterator[Row]:
+    """``scripts/bench/compaction.py``: one compaction's own cost, and the check per step."""
+    ms = result["compact_ms_best"]
+    n = int(result["messages"])
+    yield Row(
+        "compaction",
+        f"one compaction, {n:,} messages (no model call)",
+        f"{ms:.1f} ms",
+        "",
+        None,
+        ms,
+        targets.get("compaction"),
+    )
+    plain, policy = result["w1_plain_us_per_step"], result["w1_policy_us_per_step"]
+    yield _time_row(
+        "compaction_w1", "W1 µs/step with a compaction policy (vs W1)", policy, plain, targets, "µs"
+    )
+
+
 def _scale_rows(result: Mapping[str, Any], targets: Mapping[str, float]) -> Iterator[Row]:
     """``scripts/bench/scale.py``: steps/s and GC share per agent count, and the growth."""
     for entry in result.get("sizes", ()):
@@ -307,6 +326,14 @@ class _Bench:
 BENCHMARKS: Final = (
     _Bench("loop", "loop", "run_loop_bench", _loop_rows, {"quick": True}, {"quick": False}),
     _Bench("stores", "stores", "run_store_bench", _store_rows, {"quick": True}, {"quick": False}),
+    _Bench(
+        "compaction",
+        "compaction",
+        "run_compaction_bench",
+        _compaction_rows,
+        {"quick": True},
+        {"quick": False},
+    ),
     # Minutes, in child processes: only without --quick.
     _Bench("scale", "scale", "run_scale_bench", _scale_rows, None, {"quick": False}),
     _Bench(

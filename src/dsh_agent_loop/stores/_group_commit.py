@@ -10,23 +10,36 @@ of one under load.
 
 A round's outcome per session is left on its ``Staging``: events committed (gone from
 ``staged``), ``flush_error`` set (the flush raises it once), or ``failure`` (writes no more).
+
+``GroupRelease`` does the same for giving ownership up: the releases that queue while one
+transaction runs share the next one (at most ``RELEASE_BATCH`` sessions each), so closing
+100,000 handles at once costs about a hundred transactions, not 100,000 worker-thread hops.
+A release that fails, fails every session of its transaction (none of them was released).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar, final
+from itertools import islice
+from typing import Final, Generic, TypeVar, final
 
 import trio
 
+from ..errors import StoreError
 from ._handles import Staging
 
-__all__ = ["GroupCommit"]
+__all__ = ["RELEASE_BATCH", "GroupCommit", "GroupRelease"]
 
 R = TypeVar("R")
 
 Commit = Callable[[list[Staging[R]]], Awaitable[None]]
 """Commits a batch in one transaction (writer lock held), settling each ``Staging``."""
+Release = Callable[[list[Staging[R]]], Awaitable[None]]
+"""Gives ownership of every session of a batch up in one transaction (taking the writer lock
+itself); raises ``StoreError`` when none of it happened."""
+
+#: Most sessions whose ownership one release transaction gives up.
+RELEASE_BATCH: Final = 1000
 
 
 @final
@@ -91,3 +104,64 @@ class GroupCommit(Generic[R]):
             await self._commit(batch)
         finally:
             lock.release()
+
+
+@final
+class GroupRelease(Generic[R]):
+    """The ownership releases of one store, many per transaction.
+
+    Args:
+        release: Releases one batch; see ``Release``.
+        limit: At most this many sessions per transaction.
+    """
+
+    def __init__(self, release: Release[R], *, limit: int = RELEASE_BATCH) -> None:
+        self._release = release
+        self._limit = limit
+        self._queue: dict[Staging[R], None] = {}
+        self._round: trio.Event | None = None
+        """Set while a release transaction is in flight; releases queued meanwhile wait."""
+
+    async def release(self, staging: Staging[R]) -> None:
+        """Give ``staging``'s ownership up, in a transaction of its own or in a shared one.
+
+        Cancelled before its transaction ran, the session stays owned (it leaves the queue).
+
+        Raises:
+            StoreError: the transaction that carried this session failed.
+        """
+        staging.release_error = None
+        self._queue[staging] = None
+        try:
+            while staging in self._queue:
+                running = self._round
+                if running is not None:  # it may carry ours; if not, lead the next one
+                    await running.wait()
+                    continue
+                self._round = done = trio.Event()
+                try:
+                    await self._lead(staging)
+                finally:
+                    self._round = None
+                    done.set()
+        finally:
+            self._queue.pop(staging, None)
+        error, staging.release_error = staging.release_error, None
+        if error is not None:
+            raise error
+
+    async def _lead(self, leader: Staging[R]) -> None:
+        queue = self._queue
+        del queue[leader]
+        batch = [leader, *islice(queue, self._limit - 1)]
+        for staging in batch[1:]:
+            del queue[staging]
+        try:
+            await self._release(batch)
+        except StoreError as exc:
+            for staging in batch:
+                staging.release_error = exc
+        except BaseException:  # cancelled before it ran: the others wait for the next one
+            for staging in batch[1:]:
+                queue[staging] = None
+            raise

@@ -87,6 +87,8 @@ class Staging(Generic[R]):
     """Set once the session can write no more (ownership lost, an unknown outcome)."""
     flush_error: Exception | None = None
     """What the last commit round that carried these events failed with (group commit)."""
+    release_error: StoreError | None = None
+    """What the release transaction that carried this session failed with (group release)."""
 
     def check_writable(self) -> None:
         """Raise the failure that ended writing, if any."""
