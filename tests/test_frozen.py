@@ -12,7 +12,16 @@ from collections.abc import Mapping
 
 import pytest
 
-from dsh_agent_loop._frozen import FrozenDict, freeze, frozen, json_default, thaw
+from dsh_agent_loop import _frozen
+from dsh_agent_loop._frozen import (
+    FrozenDict,
+    freeze,
+    from_shape,
+    frozen,
+    json_default,
+    shape,
+    thaw,
+)
 
 
 @pytest.mark.parametrize(
@@ -234,3 +243,53 @@ def test_thaw_handles_nested_frozen_dicts_and_pickle_keeps_nested_types():
     back = pickle.loads(pickle.dumps(d, protocol=pickle.HIGHEST_PROTOCOL))
     assert type(back["a"]["b"][0]) is FrozenDict
     assert not gc.is_tracked(back)
+
+
+def test_mappings_with_the_same_keys_in_the_same_order_share_one_shape():
+    a = freeze({"role": "user", "content": ["hi"]})
+    b = FrozenDict(role="assistant", content=())
+    assert a._k is b._k is shape(("role", "content"))
+    assert a._v == ("user", ("hi",))
+    swapped = FrozenDict(content=(), role="assistant")
+    assert swapped._k is not b._k
+    assert swapped == b  # order does not matter for equality, as with dicts
+    assert list(swapped) == ["content", "role"]
+    assert swapped != FrozenDict(content=(), role="user")
+    assert FrozenDict(a=1) != FrozenDict(a=1, b=2)
+    assert FrozenDict(a=1, b=2) != {"a": 1}
+
+
+def test_from_shape_builds_from_a_shape_and_its_values_in_order():
+    s = shape(("turn", "step"))
+    d = from_shape(s, (1, 2))
+    assert type(d) is FrozenDict
+    assert d == {"turn": 1, "step": 2}
+    assert d.get("step") == 2
+    assert d.get("zz", 0) == 0
+    assert json.dumps(d, default=json_default) == '{"turn": 1, "step": 2}'
+    with pytest.raises(ValueError, match="distinct"):
+        shape(("a", "a"))
+
+
+def test_the_shape_table_is_bounded(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(_frozen, "_SHAPES", {})
+    monkeypatch.setattr(_frozen, "SHAPES_MAX", 2)
+    kept = [freeze({f"k{i}": i}) for i in range(2)]
+    assert len(_frozen._SHAPES) == 2
+    past = [FrozenDict(zz=1), FrozenDict(zz=1)]
+    assert past[0] == past[1] == {"zz": 1}
+    assert past[0]._k is not past[1]._k  # made per mapping once the table is full
+    assert len(_frozen._SHAPES) == 2
+    assert kept[0] == {"k0": 0}
+
+
+def test_a_subclass_reads_like_the_class():
+    class Counted(FrozenDict):
+        pass
+
+    d = Counted({"a": 1}, b=2)
+    assert type(d) is Counted
+    assert d == {"a": 1, "b": 2}
+    assert d._k is shape(("a", "b"))
+    assert thaw(d) == {"a": 1, "b": 2}
+    assert json.dumps(d, default=json_default) == '{"a": 1, "b": 2}'

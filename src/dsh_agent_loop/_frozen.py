@@ -5,9 +5,15 @@ reused by every later request without copying. A process may hold millions of su
 (thousands of agents, dozens of events each), and CPython's cyclic collector walks every
 tracked object on each collection of the old generation; it never untracks a ``dict``
 subclass. So ``FrozenDict`` is not a ``dict``: it is a ``msgspec.Struct`` declared
-``gc=False`` (never tracked) around one plain ``dict``. A plain ``dict`` or ``tuple`` holding
-only atoms and ``FrozenDict``s is then untracked too (CPython untracks those itself), so
-frozen JSON costs the collector nothing.
+``gc=False`` (never tracked) holding a shared ``Shape`` (its keys, each mapped to an index) and
+a tuple of values. A plain ``dict`` or ``tuple`` holding only atoms and ``FrozenDict``s is
+then untracked too (CPython untracks those itself), so frozen JSON costs the collector nothing.
+
+Memory: a ``dict`` costs at least 184 bytes however few its keys, and an agent's log holds
+dozens of small mappings of a handful of recurring shapes (``{turn, step, message}``,
+``{role, content}``...). A ``FrozenDict`` is 32 bytes plus a tuple of 40 + 8 per value, and the
+shape is shared by every mapping with the same keys (an intern table bounded by
+``SHAPES_MAX``), like CPython's split-table dicts: about half the bytes.
 
 The price of ``gc=False`` is that a ``FrozenDict`` must never be part of a reference cycle
 (the collector could not break one through it). Frozen JSON cannot form one; ``FrozenDict``
@@ -30,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from msgspec import Struct, StructMeta
 
-__all__ = ["FrozenDict", "freeze", "frozen", "json_default", "thaw"]
+__all__ = ["FrozenDict", "Shape", "freeze", "from_shape", "frozen", "json_default", "shape", "thaw"]
 
 
 def _readonly(self: object, *args: object, **kwargs: object) -> NoReturn:
@@ -42,17 +48,45 @@ class _FrozenDictMeta(StructMeta):
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         if cls is not FrozenDict:  # a subclass (tests count reads with one)
-            return StructMeta.__call__(cls, dict(*args, **kwargs))
+            d = dict(*args, **kwargs)
+            return StructMeta.__call__(cls, shape(tuple(d)), tuple(d.values()))
         if not args:
-            return _new(kwargs)  # a fresh dict made for this call
+            return frozen(kwargs)  # a fresh dict made for this call
         if kwargs or len(args) > 1:
-            return _new(dict(*args, **kwargs))
+            return frozen(dict(*args, **kwargs))
         arg = args[0]
         if type(arg) is dict:
-            return _new(arg.copy())
+            return frozen(arg)  # read, not kept: nothing to copy
         if type(arg) is FrozenDict:
             return arg  # immutable: a copy would be equal in every way
-        return _new(dict(arg))
+        return frozen(dict(arg))
+
+
+Shape = dict[str, int]
+"""The keys of a ``FrozenDict`` in order, each mapped to its index in the values tuple.
+
+Shared by every ``FrozenDict`` with the same keys in the same order (see ``shape``), as CPython
+shares the keys of split-table dicts, and never changed once made."""
+
+#: Distinct key tuples whose shapes are shared; past this, new shapes are made per mapping.
+SHAPES_MAX: Final = 8192
+_SHAPES: Final[dict[tuple[str, ...], Shape]] = {}
+
+
+def shape(keys: tuple[str, ...]) -> Shape:
+    """The shared ``Shape`` of ``keys`` (a new unshared one once ``SHAPES_MAX`` are kept).
+
+    A process-wide intern table, like ``sys.intern``: a shape holds only key strings, and the
+    table is bounded, so it cannot grow with the number of agents or events.
+    """
+    found = _SHAPES.get(keys)
+    if found is None:
+        found = {k: i for i, k in enumerate(keys)}
+        if len(found) != len(keys):
+            raise ValueError("a shape's keys must be distinct")
+        if len(_SHAPES) < SHAPES_MAX:
+            _SHAPES[keys] = found
+    return found
 
 
 if TYPE_CHECKING:
@@ -61,6 +95,9 @@ if TYPE_CHECKING:
 
     class FrozenDict(Mapping[str, Any]):
         """A read-only mapping that is not GC-tracked (the runtime class is below)."""
+
+        _k: Shape
+        _v: tuple[Any, ...]
 
         def __init__(self, *args: Any, **kwargs: Any) -> None: ...
         def __getitem__(self, key: str) -> Any: ...
@@ -81,32 +118,42 @@ else:
 
         ``FrozenDict(mapping_or_pairs, **keys)`` copies its arguments shallowly, like ``dict``;
         use ``freeze`` to deep-freeze mutable JSON.
+
+        Stored compactly: a shared ``Shape`` (key to index) and a tuple of values, about half
+        the bytes of a ``dict`` (which costs at least 184 bytes however few its keys).
         """
 
-        _d: dict[str, Any]
+        _k: Shape
+        _v: tuple[Any, ...]
 
         def __getitem__(self, key: str) -> Any:
-            return self._d[key]
+            return self._v[self._k[key]]
 
         def get(self, key: str, default: Any = None) -> Any:
             """The value of ``key``, or ``default``."""
-            return self._d.get(key, default)
+            i = self._k.get(key)
+            return default if i is None else self._v[i]
+
+        @property
+        def _d(self) -> dict[str, Any]:
+            """A new plain ``dict`` of the same items (shallow)."""
+            return dict(zip(self._k, self._v, strict=True))
 
         def __len__(self) -> int:
-            return len(self._d)
+            return len(self._v)
 
         def __iter__(self) -> Iterator[str]:
-            return iter(self._d)
+            return iter(self._k)
 
         def __reversed__(self) -> Iterator[str]:
-            return reversed(self._d)
+            return reversed(self._k)
 
         def __contains__(self, key: object) -> bool:
-            return key in self._d
+            return key in self._k
 
         def keys(self) -> KeysView[str]:
             """The keys (a read-only view)."""
-            return self._d.keys()
+            return self._k.keys()
 
         def values(self) -> ValuesView[Any]:
             """The values (a read-only view)."""
@@ -118,7 +165,7 @@ else:
 
         def copy(self) -> dict[str, Any]:
             """A shallow mutable copy (a plain ``dict``), as ``dict.copy`` of a subclass gives."""
-            return self._d.copy()
+            return dict(zip(self._k, self._v, strict=True))
 
         def __or__(self, other: Mapping[str, Any]) -> dict[str, Any]:
             if not isinstance(other, Mapping):
@@ -131,10 +178,12 @@ else:
             return {**other, **self._d}
 
         def __eq__(self, other: object) -> bool:
-            if type(other) is FrozenDict:
-                return self._d == other._d
+            if isinstance(other, FrozenDict):
+                if self._k is other._k:
+                    return self._v == other._v
+                return len(self._v) == len(other._v) and self._d == other._d
             if type(other) is dict:
-                return self._d == other
+                return len(self._v) == len(other) and self._d == other
             if isinstance(other, Mapping):
                 return self._d == dict(other.items())
             return NotImplemented
@@ -144,13 +193,13 @@ else:
             return equal if equal is NotImplemented else not equal
 
         def __hash__(self) -> int:
-            return hash(tuple(self._d.items()))
+            return hash(tuple(zip(self._k, self._v, strict=True)))
 
         def __getattr__(self, name: str) -> Any:
-            try:
-                return self._d[name]
-            except KeyError:
-                raise AttributeError(name) from None
+            i = self._k.get(name)
+            if i is None:
+                raise AttributeError(name)
+            return self._v[i]
 
         def __repr__(self) -> str:
             return f"FrozenDict({self._d!r})"
@@ -179,11 +228,23 @@ else:
 
 Mapping.register(FrozenDict)
 
-frozen: Final[Callable[[dict[str, Any]], FrozenDict]] = StructMeta.__call__.__get__(FrozenDict)
-"""``frozen(d)``: a ``FrozenDict`` owning ``d`` (no copy), in one C call. For hot paths:
-``d`` must be a fresh ``dict`` that nothing else holds, with frozen values only
-(``FrozenDict(k=v)`` copies and goes through a Python-level metaclass call)."""
-_new: Final = frozen
+from_shape: Final[Callable[[Shape, tuple[Any, ...]], FrozenDict]] = StructMeta.__call__.__get__(
+    FrozenDict
+)
+"""``from_shape(s, values)``: the ``FrozenDict`` of ``shape`` ``s`` and ``values`` (frozen, one
+per key in order), in one C call: the hot-path builders keep their shapes as constants."""
+
+
+def frozen(d: dict[str, Any]) -> FrozenDict:
+    """A ``FrozenDict`` of the items of ``d`` (string keys, frozen values), without checks.
+
+    For hot paths: ``d`` is read once and not kept (``FrozenDict(k=v)`` goes through a
+    Python-level metaclass call and checks nothing more).
+    """
+    keys = tuple(d)
+    found = _SHAPES.get(keys)  # ``shape(keys)``, inlined for the common case
+    return from_shape(shape(keys) if found is None else found, tuple(d.values()))
+
 
 _ATOMS = (str, int, float, bool, type(None))
 
@@ -207,7 +268,7 @@ def freeze(value: Any) -> Any:
             if type(k) is not str:
                 raise TypeError(f"event data keys must be strings, not {type(k).__name__}")
             out[k] = freeze(v)
-        return _new(out)
+        return frozen(out)
     if isinstance(value, _ATOMS):
         return value
     if isinstance(value, tuple | list):
@@ -217,6 +278,8 @@ def freeze(value: Any) -> Any:
 
 def thaw(value: Any) -> Any:
     """Return a plain mutable JSON copy (dicts and lists) of frozen ``value``."""
+    if type(value) is FrozenDict:
+        return {k: thaw(v) for k, v in zip(value._k, value._v, strict=True)}
     if isinstance(value, Mapping):
         return {k: thaw(v) for k, v in value.items()}
     if isinstance(value, tuple | list):
@@ -230,6 +293,6 @@ def json_default(value: Any) -> Any:
     Raises:
         TypeError: ``value`` is something else JSON cannot hold (what ``json`` raises too).
     """
-    if type(value) is FrozenDict:
-        return value._d
+    if isinstance(value, FrozenDict):
+        return dict(zip(value._k, value._v, strict=True))
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")

@@ -485,3 +485,132 @@ async def test_agents_with_the_same_options_share_one_header_options_record(auto
         assert record == {"provider": "scripted", "model": "m"}
         assert b.agent.log.header["options"] is record  # shared, not one copy per agent
         assert c.agent.log.header["options"]["model"] == "x"
+
+
+async def test_runtime_exit_disposes_idle_busy_and_nested_agents_once_each(autojump_clock):
+    # idle agents are torn down in one batch, a busy one and a parent with a child on their own
+    disposed = []
+    store = MemoryStore()
+    model = ScriptedModel([Reply.text("done"), Reply.hang(after_text="busy")])
+    async with runtime(model, store=store) as rt:
+        rt.hooks.on("agent/disposed", lambda e: disposed.append(e.data["agent_id"]))
+        idle = [
+            await rt.agents.create(
+                session_id=f"idle-{n}",
+                options=AgentOptions(id=f"idle-{n}", provider="scripted", model="m"),
+            )
+            for n in range(5)
+        ]
+        idle[0].agent.followup("done before exit")  # a turn that completes: its log is closed
+        await idle[0].agent.wait_idle()
+        parent = await rt.agents.create(session_id="parent", options=OPTIONS)
+        child = await rt.agents.with_initiator(parent.agent).create(
+            session_id="child", options=AgentOptions(id="child", provider="scripted", model="m")
+        )
+        busy = await rt.agents.create(
+            session_id="busy", options=AgentOptions(id="busy", provider="scripted", model="m")
+        )
+        busy.agent.followup("hangs")
+        await trio.sleep(1)
+        assert busy.agent.status.value != "idle"
+        assert [h.quiet for h in idle] == [True] * 5
+        assert (parent.quiet, child.quiet, busy.quiet) == (False, True, False)
+    assert sorted(disposed) == sorted([*(f"idle-{n}" for n in range(5)), "main", "child", "busy"])
+    assert disposed.index("child") < disposed.index("main")  # the child's log closes first
+    for handle in [*idle, parent, child, busy]:
+        assert handle.agent.stopped
+        assert rt.agents.get(handle.agent.id) is None
+        writer = await store.open(handle.session_id, "write")  # ownership was released
+        assert await writer.read() == handle.agent.session.events  # everything committed
+        await writer.close()
+    assert turn_ends(busy.agent.session.events) == [{"kind": "aborted", "cause": "disposed"}]
+    assert_well_formed(idle[0].agent.session.events)
+
+
+async def test_a_dispose_during_a_quiet_batch_waits_for_it(autojump_clock):
+    from dsh_agent_loop.agent.handle import QuietTeardown
+
+    disposed = []
+    async with runtime() as rt:
+        rt.hooks.on("agent/disposed", lambda e: disposed.append(e.data["agent_id"]))
+        a = await rt.agents.create(options=OPTIONS)
+        b = await rt.agents.create(options=AgentOptions(id="b", provider="scripted", model="m"))
+        batch = QuietTeardown.begin([a, b])
+        assert batch.holds(a)
+        assert batch.holds(b)
+        assert not a.quiet  # its teardown has begun
+        with pytest.raises(AgentClosedError):
+            a.agent.followup("too late")
+        returned = []
+
+        async def dispose_a():
+            await a.dispose()
+            returned.append(len(disposed))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(dispose_a)
+            await trio.lowlevel.checkpoint()
+            assert returned == []  # waits for the batch
+            nursery.start_soon(batch.finish)
+        assert returned == [2]
+        assert disposed == ["main", "b"]
+        assert rt.agents.list() == []
+        # a batch skips an agent whose teardown already began
+        c = await rt.agents.create(options=AgentOptions(id="c", provider="scripted", model="m"))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(c.dispose)
+            await trio.lowlevel.checkpoint()
+            late = QuietTeardown.begin([c])
+            assert not late.holds(c)
+            await late.finish()
+        assert disposed == ["main", "b", "c"]
+
+
+async def test_default_session_ids_are_distinct_random_uuids(autojump_clock):
+    import uuid as uuid_module
+
+    async with runtime() as rt:
+        ids = set()
+        for n in range(300):  # more than one block of random bytes
+            handle = await rt.agents.create(
+                options=AgentOptions(id=f"a{n}", provider="scripted", model="m")
+            )
+            sid = handle.session_id
+            assert sid.startswith(f"a{n}-session-")
+            assert uuid_module.UUID(sid[-36:]).version == 4
+            assert re.fullmatch(
+                r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00",
+                handle.agent.log.header["created_at"],
+            )
+            ids.add(sid[-36:])
+        assert len(ids) == 300
+
+
+def test_a_forked_child_draws_its_own_session_ids():
+    import os
+
+    from dsh_agent_loop.agent.lifecycle import _session_uuid
+
+    _session_uuid()  # the parent holds a block of random bytes
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(write, _session_uuid().bytes)
+        os._exit(0)
+    os.close(write)
+    theirs = os.read(read, 16)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert theirs != _session_uuid().bytes
+
+
+async def test_header_options_holding_a_list_are_shared_and_frozen(autojump_clock):
+    async with runtime() as rt:
+        options = [
+            AgentOptions(id=i, provider="scripted", model="m", require_approval={"x", "y"})
+            for i in ("a", "b")
+        ]
+        a, b = [await rt.agents.create(options=o) for o in options]
+        record = a.agent.log.header["options"]
+        assert record["require_approval"] == ("x", "y")
+        assert b.agent.log.header["options"] is record

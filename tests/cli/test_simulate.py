@@ -159,3 +159,24 @@ async def test_a_disabled_collector_stays_disabled() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_the_verb_leaves_its_dead_agents_out_of_the_exit_collection(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from dsh_agent_loop.cli._app import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    gc.collect()
+    gc.unfreeze()
+    try:
+        code = main(["simulate", "--agents", "4", "--tools", "1", "--store", "memory:"])
+        assert code == 0
+        assert "4 / 4" in capsys.readouterr().out
+        # the run's agents are cycles: frozen, the collection at exit would not walk them
+        assert gc.get_freeze_count() > 0
+        assert gc.collect() == 0
+    finally:
+        gc.unfreeze()
+        gc.collect()

@@ -6,13 +6,18 @@ import attrs
 import trio
 
 from dsh_agent_loop import MemoryStore, Reply, ScriptedModel, open_runtime
+from dsh_agent_loop._frozen import FrozenDict, thaw
+from dsh_agent_loop.llm.base import Usage
 from dsh_agent_loop.session.records import (
     SHARED_POSITIONS,
     STREAM_RECORDS_MAX,
+    USAGE_RECORDS_MAX,
     RecordCache,
     abandoned_attempt_data,
     assistant_message_data,
     response_data,
+    tool_call_data,
+    tool_result_data,
 )
 
 from ..agent.conftest import OPTIONS
@@ -44,6 +49,57 @@ def test_stream_records_are_bounded() -> None:
     for n in range(STREAM_RECORDS_MAX + 10):
         cache.stream_record(n, "tool-calls", None)
     assert len(cache) <= STREAM_RECORDS_MAX
+
+
+def test_usage_records_are_shared_when_equal_and_bounded() -> None:
+    cache = RecordCache()
+    first = cache.usage_record(Usage(11, 1))
+    assert first == {"input_tokens": 11, "output_tokens": 1}
+    assert list(first) == ["input_tokens", "output_tokens"]
+    assert cache.usage_record(Usage(11, 1)) is first
+    assert cache.usage_record(Usage(12, 1)) is not first
+    full = cache.usage_record(Usage(11, 1, cache_read_tokens=3, reasoning_tokens=0))
+    assert full == Usage(11, 1, cache_read_tokens=3, reasoning_tokens=0).to_data()
+    assert list(full) == list(Usage(11, 1, cache_read_tokens=3, reasoning_tokens=0).to_data())
+    assert cache.usage_record(Usage(11, 1, cache_read_tokens=3, reasoning_tokens=0)) is full
+    for n in range(USAGE_RECORDS_MAX + 10):
+        cache.usage_record(Usage(n, 0))
+    assert len(cache) <= USAGE_RECORDS_MAX + 3
+    past = Usage(10**9, 0)
+    assert cache.usage_record(past) == past.to_data()
+    assert cache.usage_record(past) is not cache.usage_record(past)  # not kept
+
+
+def test_tool_records_read_like_the_dicts_they_stand_for() -> None:
+    block = FrozenDict(type="tool-call", call_id="c-1", name="noop", arguments='{"n":1}')
+    call = tool_call_data(1, 2, block)
+    assert call == {"turn": 1, "step": 2, "call_id": "c-1", "name": "noop", "arguments": '{"n":1}'}
+    assert list(call) == ["turn", "step", "call_id", "name", "arguments"]
+    result = tool_result_data(1, 2, block, "ok")
+    assert thaw(result) == {
+        "turn": 1,
+        "step": 2,
+        "message": {
+            "role": "tool",
+            "call_id": "c-1",
+            "name": "noop",
+            "content": [
+                {
+                    "type": "tool-result",
+                    "call_id": "c-1",
+                    "name": "noop",
+                    "text": "ok",
+                    "is_error": False,
+                }
+            ],
+        },
+    }
+    failed = tool_result_data(1, 2, block, "boom", error=("ToolError", "TOOL_FAILED"), meta=7)
+    assert list(failed) == ["turn", "step", "message", "error", "meta"]
+    assert failed["error"] == {"name": "ToolError", "code": "TOOL_FAILED"}
+    assert failed["message"]["content"][0]["is_error"] is True
+    other = tool_result_data(1, 3, block, "ok")
+    assert other._k is result._k  # records of one kind share their keys
 
 
 def test_builders_keep_the_field_order_of_the_log() -> None:

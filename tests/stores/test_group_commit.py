@@ -1,4 +1,4 @@
-"""``stores/_group_commit.py``: flushes queued behind a round share the next one."""
+"""``stores/_group_commit.py``: flushes (and releases) queued behind a round share the next one."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import trio
 import trio.testing
 
 from dsh_agent_loop.errors import StoreError
-from dsh_agent_loop.stores._group_commit import GroupCommit
+from dsh_agent_loop.stores._group_commit import Batches, GroupCommit, GroupRelease
 from dsh_agent_loop.stores._handles import Staging
 
 from .conftest import ev
@@ -92,3 +92,155 @@ async def test_a_failed_session_is_refused_before_any_round() -> None:
     with pytest.raises(StoreError, match="gone"):
         await group.flush(lost)
     assert recorder.rounds == []
+
+
+# --- GroupRelease ---------------------------------------------------------------------------------
+
+
+class Releaser:
+    """Records each release transaction; the first one waits for ``gate``."""
+
+    def __init__(self) -> None:
+        self.rounds: list[list[str]] = []
+        self.gate = trio.Event()
+        self.fail: StoreError | None = None
+        self.current: list[Staging[str]] | None = None
+
+    async def release(self, batch: list[Staging[str]]) -> None:
+        self.current = batch
+        await self.gate.wait()
+        if self.fail is not None:
+            raise self.fail
+        self.rounds.append([s.session_id for s in batch])
+
+
+async def _release_all(group: GroupRelease[str], sessions: list[Staging[str]]) -> dict[str, str]:
+    """Release every session concurrently; the error text per session ('' when released)."""
+    results: dict[str, str] = {}
+
+    async def release(s: Staging[str]) -> None:
+        try:
+            await group.release(s)
+        except StoreError as exc:
+            results[s.session_id] = str(exc)
+        else:
+            results[s.session_id] = ""
+
+    async with trio.open_nursery() as nursery:
+        for s in sessions:
+            nursery.start_soon(release, s)
+    return results
+
+
+async def test_releases_queued_behind_one_share_the_next_transaction() -> None:
+    releaser = Releaser()
+    group = GroupRelease[str](releaser.release)
+    sessions = [staging(f"s{i}") for i in range(50)]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_release_all, group, sessions)
+        await trio.testing.wait_all_tasks_blocked()  # one leads, 49 queue behind it
+        releaser.gate.set()
+    assert len(releaser.rounds) == 2
+    released = sorted(name for r in releaser.rounds for name in r)
+    assert released == sorted(s.session_id for s in sessions)
+
+
+async def test_a_release_transaction_carries_at_most_limit_sessions() -> None:
+    releaser = Releaser()
+    group = GroupRelease[str](releaser.release, limit=10)
+    sessions = [staging(f"s{i}") for i in range(31)]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_release_all, group, sessions)
+        await trio.testing.wait_all_tasks_blocked()
+        releaser.gate.set()
+    assert [len(r) for r in releaser.rounds] == [1, 10, 10, 10]
+    assert len({name for r in releaser.rounds for name in r}) == 31  # each released exactly once
+
+
+async def test_a_failed_release_fails_every_session_it_carried_once() -> None:
+    releaser = Releaser()
+    releaser.fail = StoreError("disk I/O error")
+    group = GroupRelease[str](releaser.release)
+    sessions = [staging(f"s{i}") for i in range(5)]
+    results: dict[str, str] = {}
+
+    async def release_all() -> None:
+        results.update(await _release_all(group, sessions))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(release_all)
+        await trio.testing.wait_all_tasks_blocked()
+        releaser.gate.set()
+    assert results == {s.session_id: "disk I/O error" for s in sessions}
+    assert all(s.release_error is None for s in sessions)  # raised, not left behind
+    releaser.fail = None
+    assert await _release_all(group, sessions[:1]) == {"s0": ""}  # it may be tried again
+
+
+async def test_a_cancelled_leader_hands_the_queued_releases_to_the_next_one() -> None:
+    releaser = Releaser()
+    group = GroupRelease[str](releaser.release)
+    first, rest = staging("first"), [staging(f"s{i}") for i in range(4)]
+    scopes = {s.session_id: trio.CancelScope() for s in rest}
+    released: list[str] = []
+
+    async def release(s: Staging[str]) -> None:
+        with scopes[s.session_id]:
+            await group.release(s)
+            released.append(s.session_id)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(group.release, first)  # round 1 waits at the gate
+        await trio.testing.wait_all_tasks_blocked()
+        for s in rest:  # all queue behind round 1
+            nursery.start_soon(release, s)
+        await trio.testing.wait_all_tasks_blocked()
+        gate_1, releaser.gate = releaser.gate, trio.Event()
+        gate_1.set()
+        await trio.testing.wait_all_tasks_blocked()  # round 2 carries all four, at the gate
+        assert releaser.current is not None
+        assert len(releaser.current) == 4
+        leader = releaser.current[0].session_id
+        scopes[leader].cancel()  # before its transaction ran
+        await trio.testing.wait_all_tasks_blocked()
+        releaser.gate.set()
+    assert releaser.rounds[0] == ["first"]
+    assert sorted(releaser.rounds[1]) == sorted(
+        s.session_id for s in rest if s.session_id != leader
+    )
+    assert sorted(released) == sorted(releaser.rounds[1])
+
+
+# --- Batches --------------------------------------------------------------------------------------
+
+
+class StepCounter(trio.abc.Instrument):
+    """Counts task steps (each time a task runs until its next checkpoint)."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps += 1
+
+
+async def test_a_batch_wakes_only_the_tasks_it_carried_and_the_next_leader() -> None:
+    rounds: list[list[int]] = []
+
+    async def run(batch: list[int]) -> None:
+        await trio.lowlevel.checkpoint()  # (a hop: the others queue meanwhile)
+        rounds.append(batch)
+
+    batches = Batches[int](run, limit=10)
+    counter = StepCounter()
+    trio.lowlevel.add_instrument(counter)
+    try:
+        async with trio.open_nursery() as nursery:
+            for i in range(600):
+                nursery.start_soon(batches.submit, i)
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+    assert sorted(i for r in rounds for i in r) == list(range(600))  # each carried once
+    assert max(len(r) for r in rounds) == 10
+    # ~1,300 steps; waking every waiting task after each of the 61 batches: ~18,000
+    assert counter.steps < 5 * 600

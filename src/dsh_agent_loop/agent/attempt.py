@@ -229,16 +229,15 @@ class Attempt:
             self._abandon(asm, failure, frames)
             return failure
         assert finish is not None
-        stream = self._agent.services.records.stream_record(
-            self.number, finish.reason, finish.stop_reason
-        )
+        records = self._agent.services.records
+        stream = records.stream_record(self.number, finish.reason, finish.stop_reason)
         content = unique_call_ids(session, asm.content())
         record = assistant_message_data(
             turn.number,
             turn.step,
             content,
             stream,
-            None if usage is None else FrozenDict(usage.to_data()),
+            None if usage is None else records.usage_record(usage),
             None
             if finish.model is None and finish.response_id is None
             else response_data(finish.model, finish.response_id),

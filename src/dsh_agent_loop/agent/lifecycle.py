@@ -23,6 +23,9 @@ cannot break what they observe: a raising observer is logged and ignored. The on
 from __future__ import annotations
 
 import builtins
+import os
+import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -31,7 +34,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import trio
 
-from .._frozen import FrozenDict, freeze
+from .._frozen import FrozenDict, freeze, frozen
 from ..errors import (
     AgentAlreadyExistsError,
     AgentClosedError,
@@ -53,7 +56,7 @@ from ..session.store import FORMAT_VERSION, SessionStore, WriteHandle
 from ..session.writer import CommitTimer, SessionWriter
 from . import approvals
 from .driver import Agent, AgentScope, Services
-from .handle import AgentHandle
+from .handle import AgentHandle, QuietTeardown
 from .options import AgentOptions
 from .remember import HEADER_OPTIONS, header_options, remembered_options
 from .subagents import FORKED_FROM, PARENT_SESSION_ID, fork_closers, fork_prefix, fork_record
@@ -203,26 +206,25 @@ class Agents:
         forked_from: FrozenDict | None = None,
     ) -> FrozenDict:
         """One frozen header, shared by the store's record and the session."""
-        sid = session_id or f"{options.id}-session-{uuid.uuid4()}"
+        sid = session_id or f"{options.id}-session-{_session_uuid()}"
         header: dict[str, Any] = {
             "session_id": sid,
             "agent_id": options.id,
-            "created_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "created_at": _created_at(),
             "format_version": FORMAT_VERSION,
         }
         if options.cwd is not None:
-            header["cwd"] = options.cwd
+            header["cwd"] = freeze(options.cwd)  # a str (anything else raises, as before)
         remembered = header_options(options)
         if remembered:
             # what a resume without options restores; one shared record per distinct set of
             # options (thousands of simulated agents share theirs)
-            header[HEADER_OPTIONS] = self._shared_record(freeze(remembered))
+            header[HEADER_OPTIONS] = self._shared_record(remembered)
         if parent is not None:
             header[PARENT_SESSION_ID] = parent.session_id
         if forked_from is not None:
             header[FORKED_FROM] = forked_from
-        frozen: FrozenDict = freeze(header)
-        return frozen
+        return frozen(header)  # every value is an atom or frozen already
 
     async def fork(
         self,
@@ -444,13 +446,23 @@ class Agents:
                 agent.detach()
                 running.discard(scope)
 
-    def _shared_record(self, record: FrozenDict) -> FrozenDict:
-        records: dict[FrozenDict, FrozenDict] = self._shared["records"]
-        shared = records.get(record)
+    def _shared_record(self, record: dict[str, Any]) -> FrozenDict:
+        """``record`` frozen, the same object for every equal record (kept: ``_SHARED_RECORDS``).
+
+        Records of atoms are looked up by their items before they are frozen (freezing is most
+        of the cost of a header); others are frozen first and looked up as a ``FrozenDict``.
+        """
+        records: dict[Any, FrozenDict] = self._shared["records"]
+        key: Any = tuple(record.items())
+        try:
+            shared = records.get(key)
+        except TypeError:  # a list or dict inside: look it up frozen
+            key = freeze(record)
+            shared = records.get(key)
         if shared is None:
             if len(records) >= _SHARED_RECORDS:
                 records.clear()
-            shared = records[record] = record
+            shared = records[key] = freeze(record)
         return shared
 
     def cancel_remaining(self) -> None:
@@ -486,13 +498,72 @@ class Agents:
                 nursery.start_soon(child.dispose)
 
     async def dispose_all(self) -> None:
-        """Dispose every live agent concurrently (runtime shutdown)."""
+        """Dispose every live agent concurrently (runtime shutdown).
+
+        Agents with nothing running (``AgentHandle.quiet``: idle, no sub-agents) are torn down
+        in one batch (``QuietTeardown``); each other agent in a task of its own, its sub-agents
+        first, as ``dispose()`` does.
+        """
         handles = list(self._live.values())
         if not handles:
             return
         async with trio.open_nursery() as nursery:
+            # begun before any teardown task runs: no agent changes between choosing and stopping
+            quiet = QuietTeardown.begin(handles)
             for handle in handles:
-                nursery.start_soon(handle.dispose)
+                if not quiet.holds(handle):
+                    nursery.start_soon(handle.dispose)
+            nursery.start_soon(quiet.finish)
+
+
+class _Ids:
+    """Random bytes for session ids, drawn from ``os.urandom`` a block at a time.
+
+    ``uuid.uuid4()`` reads 16 bytes from the OS per call; creating thousands of agents reads
+    them 256 ids at a time instead (same source, same randomness). A forked child drops the
+    block its parent held, so parent and child never hand out the same id.
+    """
+
+    block = b""
+    offset = 0
+    lock = threading.Lock()  # runtimes in several threads never share a slice
+
+    @classmethod
+    def next(cls) -> uuid.UUID:
+        with cls.lock:
+            if cls.offset >= len(cls.block):
+                cls.block, cls.offset = os.urandom(16 * _IDS_PER_READ), 0
+            raw = cls.block[cls.offset : cls.offset + 16]
+            cls.offset += 16
+        return uuid.UUID(bytes=raw, version=4)
+
+    @classmethod
+    def drop(cls) -> None:
+        cls.block, cls.offset, cls.lock = b"", 0, threading.Lock()
+
+
+_IDS_PER_READ = 256
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_Ids.drop)
+
+
+def _session_uuid() -> uuid.UUID:
+    """A random (version 4) UUID for a default session id."""
+    return _Ids.next()
+
+
+_last_created: tuple[int, str] = (-1, "")
+
+
+def _created_at() -> str:
+    """Now as an ISO-8601 UTC timestamp in milliseconds (formatted once per millisecond)."""
+    global _last_created
+    ms = time.time_ns() // 1_000_000
+    if ms != _last_created[0]:
+        second = datetime.fromtimestamp(ms // 1000, UTC)
+        stamp = second.replace(microsecond=ms % 1000 * 1000).isoformat(timespec="milliseconds")
+        _last_created = (ms, stamp)
+    return _last_created[1]
 
 
 def _check_tools(agent: Agent) -> None:

@@ -332,6 +332,7 @@ def _simulate_verb(args: argparse.Namespace) -> int:
         exit_code,
         print_summary,
         run_simulation,
+        skip_exit_collection,
         write_json,
     )
 
@@ -363,6 +364,7 @@ def _simulate_verb(args: argparse.Namespace) -> int:
     print_summary(summary, console)
     if args.json is not None:
         write_json(summary, args.json)
+    skip_exit_collection()
     return exit_code(summary)
 
 

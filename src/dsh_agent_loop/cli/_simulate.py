@@ -67,6 +67,7 @@ __all__ = [
     "run_simulation",
     "sim_config",
     "sim_tool",
+    "skip_exit_collection",
 ]
 
 #: Provider name of the simulated model.
@@ -291,17 +292,28 @@ async def _refresh(counts: _Counts) -> None:
         await trio.sleep(REFRESH_INTERVAL)
 
 
+#: Sessions read back at once (SQLite runs concurrent reads several per worker hop).
+_READERS: Final = 16
+
+
 async def _read_back(store: SessionStore, session_ids: Sequence[str], counts: _Counts) -> _Tally:
     tally = _Tally()
     done = counts.done
-    try:
-        for session_id in session_ids:
+    remaining = iter(session_ids)
+
+    async def reader() -> None:
+        for session_id in remaining:
             handle = await store.open(session_id, "read")
             try:
                 tally.add(session_id, await handle.read())
             finally:
                 await handle.close()
             done[_CHECKING] += 1
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for _ in range(_READERS):
+                nursery.start_soon(reader)
     finally:
         with trio.CancelScope(shield=True):
             await store.aclose()
@@ -467,6 +479,20 @@ async def run_simulation(
         tools=options.tools,
         latency_ms=options.latency_ms,
     )
+
+
+def skip_exit_collection() -> None:
+    """Spare the process that is about to exit its final collection of the dead agents.
+
+    The agents of a run are reference cycles (agent, session, writer, handle) that hold their
+    events; after the runtime has closed they wait for the collector, and the interpreter's
+    exit collects them one by one: about 60 µs per agent, six seconds at 100,000 agents, to
+    give memory back that the process's exit gives back at once. ``gc.freeze()`` moves them
+    out of every collection, the one at exit included; nothing among them holds an open
+    resource (the runtime and the store are closed). Only for the CLI verb, just before it
+    returns: a process that goes on would keep the garbage.
+    """
+    gc.freeze()
 
 
 def print_summary(summary: SimSummary, console: Console) -> None:

@@ -114,7 +114,9 @@ class SurfaceProjection(Struct, gc=False):
         op = event.surface_op
         if op is None or op == "append":
             self.entries.append(event)
-            message = event.data._d.get("message")  # (the dict of the FrozenDict: hot path)
+            data = event.data
+            i = data._k.get("message")  # (read in place: the hot path)
+            message = None if i is None else data._v[i]
             if event.type == SYSTEM_MESSAGE:
                 self.system_nodes = (*self.system_nodes, event)
                 self._nodes = None

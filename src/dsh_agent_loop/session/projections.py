@@ -333,12 +333,13 @@ class LoopState(Struct, gc=False):
         )
 
     def _note_message(self, data: FrozenDict) -> None:
-        d = data._d  # event data is a FrozenDict: read its dict directly (the hot path)
-        self._note_calls(d["message"]["content"])
-        usage = d.get("usage")
-        if usage is not None:
-            if isinstance(usage, FrozenDict):
-                usage = usage._d
+        keys, values = data._k, data._v  # (read in place: the hot path)
+        self._note_calls(values[keys["message"]]["content"])
+        i = keys.get("usage")
+        if i is not None:
+            usage = values[i]
+            if type(usage) is FrozenDict:
+                usage = dict(zip(usage._k, usage._v, strict=True))
             self.input_tokens += usage.get("input_tokens", 0)
             self.output_tokens += usage.get("output_tokens", 0)
             self.cache_read_tokens += usage.get("cache_read_tokens", 0)
@@ -357,7 +358,7 @@ class LoopState(Struct, gc=False):
         t = event.type
         data = event.data
         if t == STEP_START:
-            self.step = data._d["step"]
+            self.step = data._v[data._k["step"]]
             self.open_step = True
             self.steps += 1
         elif t == STEP_END:

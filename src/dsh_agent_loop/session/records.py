@@ -1,19 +1,19 @@
 """Builders for the event payloads the turn machine writes, and the runtime's record cache.
 
 Payloads are built frozen, once, from already-frozen parts (the per-step ones with
-``frozen({...})``: a dict literal and one C call, where ``FrozenDict(k=v)`` runs a Python-level
-constructor). The small ones that repeat across
-agents (``{turn}``, ``{turn, step}``, the ``stream`` field of an ``assistant/message``) are
-shared through a ``RecordCache``: the agents of one runtime are at the same turns and steps,
+``from_shape(SHAPE, (values...))``: a tuple and one C call on a shape made once, where
+``FrozenDict(k=v)`` runs a Python-level constructor). The small ones that repeat across agents
+(``{turn}``, ``{turn, step}``, the ``stream`` and ``usage`` fields of an ``assistant/message``)
+are shared through a ``RecordCache``: the agents of one runtime are at the same turns and steps,
 and each such record would otherwise be one small dict per session. The cache belongs to the
 runtime that lends it to its agents (never a module global), and it is bounded.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final, final
+from typing import Any, Final, Protocol, final
 
-from .._frozen import FrozenDict, frozen
+from .._frozen import FrozenDict, from_shape, frozen, shape
 
 __all__ = [
     "BLOCKED",
@@ -40,38 +40,90 @@ BLOCKED: Final = FrozenDict(kind="blocked")
 SHARED_POSITIONS: Final = 64
 #: Distinct ``stream`` records kept.
 STREAM_RECORDS_MAX: Final = 256
+#: Distinct ``usage`` records kept.
+USAGE_RECORDS_MAX: Final = 4096
+
+# The shapes of the per-step payloads, built once (``from_shape`` then takes a values tuple).
+_USAGE = shape(("input_tokens", "output_tokens"))
+_TURN = shape(("turn",))
+_STEP = shape(("turn", "step"))
+_ASSISTANT = shape(("role", "content"))
+_MESSAGE = shape(("turn", "step", "message", "stream"))
+_MESSAGE_USAGE = shape(("turn", "step", "message", "stream", "usage"))
+_TOOL_CALL = shape(("turn", "step", "call_id", "name", "arguments"))
+_TOOL_RESULT_BLOCK = shape(("type", "call_id", "name", "text", "is_error"))
+_TOOL_MESSAGE = shape(("role", "call_id", "name", "content"))
+_TOOL_RESULT = shape(("turn", "step", "message"))
+
+
+class UsageCounts(Protocol):
+    """What ``RecordCache.usage_record`` reads of a model's token usage (``llm.base.Usage``)."""
+
+    @property
+    def input_tokens(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
+    @property
+    def cache_read_tokens(self) -> int | None: ...
+    @property
+    def reasoning_tokens(self) -> int | None: ...
+    def to_data(self) -> dict[str, int]:
+        """The JSON form: ``{input_tokens, output_tokens, cache_read_tokens?, ...}``."""
+        ...
 
 
 @final
 class RecordCache:
-    """Shared frozen payloads of one runtime: positions and ``stream`` records (bounded)."""
+    """Shared frozen payloads of one runtime: positions, ``stream`` and ``usage`` (bounded)."""
 
-    __slots__ = ("_positions", "_streams")
+    __slots__ = ("_positions", "_streams", "_usage")
 
     def __init__(self) -> None:
         self._positions: dict[tuple[int, int], FrozenDict] = {}
         self._streams: dict[tuple[int, str, str | None], FrozenDict] = {}
+        self._usage: dict[tuple[int | None, ...], FrozenDict] = {}
 
     def __len__(self) -> int:
         """Records held."""
-        return len(self._positions) + len(self._streams)
+        return len(self._positions) + len(self._streams) + len(self._usage)
+
+    def usage_record(self, usage: UsageCounts) -> FrozenDict:
+        """The ``usage`` field of an ``assistant/message`` (``usage.to_data()``), shared.
+
+        Agents of one runtime running the same script report the same counts step by step.
+        """
+        key = (
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_read_tokens,
+            usage.reasoning_tokens,
+        )
+        record = self._usage.get(key)
+        if record is None:
+            if key[2] is None and key[3] is None:
+                record = from_shape(_USAGE, key[:2])
+            else:
+                record = frozen(usage.to_data())
+            if len(self._usage) < USAGE_RECORDS_MAX:
+                self._usage[key] = record
+        return record
 
     def step_data(self, turn: int, step: int) -> FrozenDict:
         """``{turn, step}``, the data of ``step/start`` and ``step/end``."""
         if turn > SHARED_POSITIONS or step > SHARED_POSITIONS:
-            return frozen({"turn": turn, "step": step})
+            return from_shape(_STEP, (turn, step))
         data = self._positions.get((turn, step))
         if data is None:
-            data = self._positions[turn, step] = FrozenDict(turn=turn, step=step)
+            data = self._positions[turn, step] = from_shape(_STEP, (turn, step))
         return data
 
     def turn_data(self, turn: int) -> FrozenDict:
         """``{turn}``, the data of ``turn/start``."""
         if turn > SHARED_POSITIONS:
-            return frozen({"turn": turn})
+            return from_shape(_TURN, (turn,))
         data = self._positions.get((turn, 0))
         if data is None:
-            data = self._positions[turn, 0] = FrozenDict(turn=turn)
+            data = self._positions[turn, 0] = from_shape(_TURN, (turn,))
         return data
 
     def stream_record(self, attempt: int, finish: str, stop_reason: str | None) -> FrozenDict:
@@ -101,7 +153,7 @@ def assistant_message_data(
     ``usage`` when known, and ``response`` (``{model?, id?}``, see ``response_data``) when the
     provider reported it; the scripted model reports neither key of ``response``.
     """
-    message = frozen({"role": "assistant", "content": content})
+    message = from_shape(_ASSISTANT, ("assistant", content))
     if response is not None:
         data: dict[str, Any] = {"turn": turn, "step": step, "message": message, "stream": stream}
         if usage is not None:
@@ -109,10 +161,8 @@ def assistant_message_data(
         data["response"] = response
         return frozen(data)
     if usage is not None:
-        return frozen(
-            {"turn": turn, "step": step, "message": message, "stream": stream, "usage": usage}
-        )
-    return frozen({"turn": turn, "step": step, "message": message, "stream": stream})
+        return from_shape(_MESSAGE_USAGE, (turn, step, message, stream, usage))
+    return from_shape(_MESSAGE, (turn, step, message, stream))
 
 
 def response_data(model: str | None, response_id: str | None) -> FrozenDict | None:
@@ -160,15 +210,11 @@ def abandoned_attempt_data(
 
 def tool_call_data(turn: int, step: int, block: FrozenDict) -> FrozenDict:
     """``tool/call`` data for a model tool-call block."""
-    b = block._d
-    return frozen(
-        {
-            "turn": turn,
-            "step": step,
-            "call_id": b["call_id"],
-            "name": b["name"],
-            "arguments": b.get("arguments", ""),
-        }
+    keys, values = block._k, block._v  # (read in place: the hot path)
+    i = keys.get("arguments")
+    arguments = "" if i is None else values[i]
+    return from_shape(
+        _TOOL_CALL, (turn, step, values[keys["call_id"]], values[keys["name"]], arguments)
     )
 
 
@@ -182,18 +228,12 @@ def tool_result_data(
     meta: Any = None,
 ) -> FrozenDict:
     """``tool/result`` data: the model-facing tool message, plus ``error: {name, code}``."""
-    b = block._d
-    call_id, name = b["call_id"], b["name"]
-    result = frozen(
-        {
-            "type": "tool-result",
-            "call_id": call_id,
-            "name": name,
-            "text": text,
-            "is_error": error is not None,
-        }
-    )
-    message = frozen({"role": "tool", "call_id": call_id, "name": name, "content": (result,)})
+    keys, values = block._k, block._v  # (read in place: the hot path)
+    call_id, name = values[keys["call_id"]], values[keys["name"]]
+    result = from_shape(_TOOL_RESULT_BLOCK, ("tool-result", call_id, name, text, error is not None))
+    message = from_shape(_TOOL_MESSAGE, ("tool", call_id, name, (result,)))
+    if error is None and meta is None:
+        return from_shape(_TOOL_RESULT, (turn, step, message))
     data: dict[str, Any] = {"turn": turn, "step": step, "message": message}
     if error is not None:
         data["error"] = frozen({"name": error[0], "code": error[1]})

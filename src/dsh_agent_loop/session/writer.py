@@ -305,7 +305,8 @@ class SessionWriter:
         finally:
             self._idle_scope = None
             try:
-                with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
+                # one scope, shielded and bounded (a scope each is a cost per agent at exit)
+                with trio.CancelScope(shield=True, deadline=trio.current_time() + CLOSE_TIMEOUT):
                     await self._final_commit_and_close()
             except Exception as exc:  # reported by whoever closes the writer
                 if self._failure is None:
@@ -404,10 +405,14 @@ class SessionWriter:
         else:
             await self.handle.abort()
 
-    async def aclose(self) -> None:
-        """Commit what is pending, close the handle, and wait for the task to end."""
+    def request_close(self) -> None:
+        """Ask the task to commit what is pending and close the handle; never waits."""
         self._closing = True
         self._fire()
+
+    async def aclose(self) -> None:
+        """Commit what is pending, close the handle, and wait for the task to end."""
+        self.request_close()
         if self._stopped:
             await trio.lowlevel.checkpoint()
             return

@@ -15,22 +15,27 @@ A round's outcome per session is left on its ``Staging``: events committed (gone
 transaction runs share the next one (at most ``RELEASE_BATCH`` sessions each), so closing
 100,000 handles at once costs about a hundred transactions, not 100,000 worker-thread hops.
 A release that fails, fails every session of its transaction (none of them was released).
+Its queue is a ``Batches`` (also behind ``SqliteStore``'s concurrent reads): unlike the flush
+rounds above, a batch that ends wakes only the tasks it carried and the next leader, since
+100,000 waiting tasks woken after each of a hundred batches would cost more than the SQL.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from itertools import islice
 from typing import Final, Generic, TypeVar, final
 
+import attrs
 import trio
 
 from ..errors import StoreError
 from ._handles import Staging
 
-__all__ = ["RELEASE_BATCH", "GroupCommit", "GroupRelease"]
+__all__ = ["RELEASE_BATCH", "Batches", "GroupCommit", "GroupRelease"]
 
 R = TypeVar("R")
+K = TypeVar("K", bound=Hashable)
 
 Commit = Callable[[list[Staging[R]]], Awaitable[None]]
 """Commits a batch in one transaction (writer lock held), settling each ``Staging``."""
@@ -107,8 +112,82 @@ class GroupCommit(Generic[R]):
 
 
 @final
+@attrs.define(eq=False)
+class _Pending(Generic[K]):
+    """One queued item of ``Batches`` and its waiting task's wake-up."""
+
+    item: K
+    woken: trio.Event = attrs.Factory(trio.Event)
+    done: bool = False
+
+
+@final
+class Batches(Generic[K]):
+    """Items that queue while a batch runs, carried by the next one, at most ``limit`` each.
+
+    Whoever submits when no batch runs leads one: it takes the oldest queued items (its own
+    among them, unless more than ``limit`` are older) and runs them. When a batch ends, only
+    the tasks whose items it carried wake, and one more: the oldest still queued, to lead the
+    next batch. So 100,000 items submitted at once cost about 100,000 wake-ups in all, not
+    one per waiting task per batch.
+
+    Args:
+        run: Runs one batch; it settles each item itself (results, errors). It may raise only
+            when the batch did not run (cancelled before it started): its items are queued
+            again.
+        limit: At most this many items per batch.
+    """
+
+    def __init__(self, run: Callable[[list[K]], Awaitable[None]], *, limit: int) -> None:
+        self._run = run
+        self._limit = limit
+        self._queue: dict[K, _Pending[K]] = {}
+        self._leading = False
+
+    async def submit(self, item: K) -> None:
+        """Return once a batch that carried ``item`` has run (cancelled before: not run)."""
+        pending = _Pending(item)
+        self._queue[item] = pending
+        try:
+            while not pending.done:
+                if self._leading:
+                    await pending.woken.wait()  # its batch ran, or it leads the next one
+                    pending.woken = trio.Event()
+                else:
+                    await self._lead()
+        finally:
+            if self._queue.pop(item, None) is not None and not self._leading:
+                self._wake_next()  # (it may have been the one woken to lead)
+
+    async def _lead(self) -> None:
+        queue = self._queue
+        batch = list(islice(queue.values(), self._limit))
+        for pending in batch:
+            del queue[pending.item]
+        self._leading = True
+        try:
+            await self._run([pending.item for pending in batch])
+        except BaseException:  # it did not run: the items wait for the next batch
+            for pending in batch:
+                queue[pending.item] = pending
+            raise
+        finally:
+            self._leading = False
+            self._wake_next()
+        for pending in batch:
+            pending.done = True
+            pending.woken.set()
+
+    def _wake_next(self) -> None:
+        """Wake the oldest queued item's task: it leads the next batch."""
+        for pending in self._queue.values():
+            pending.woken.set()
+            return
+
+
+@final
 class GroupRelease(Generic[R]):
-    """The ownership releases of one store, many per transaction.
+    """The ownership releases of one store, many per transaction (``Batches``).
 
     Args:
         release: Releases one batch; see ``Release``.
@@ -117,51 +196,25 @@ class GroupRelease(Generic[R]):
 
     def __init__(self, release: Release[R], *, limit: int = RELEASE_BATCH) -> None:
         self._release = release
-        self._limit = limit
-        self._queue: dict[Staging[R], None] = {}
-        self._round: trio.Event | None = None
-        """Set while a release transaction is in flight; releases queued meanwhile wait."""
+        self._batches = Batches[Staging[R]](self._run, limit=limit)
 
     async def release(self, staging: Staging[R]) -> None:
         """Give ``staging``'s ownership up, in a transaction of its own or in a shared one.
 
-        Cancelled before its transaction ran, the session stays owned (it leaves the queue).
+        Cancelled before its transaction ran, the session stays owned.
 
         Raises:
             StoreError: the transaction that carried this session failed.
         """
         staging.release_error = None
-        self._queue[staging] = None
-        try:
-            while staging in self._queue:
-                running = self._round
-                if running is not None:  # it may carry ours; if not, lead the next one
-                    await running.wait()
-                    continue
-                self._round = done = trio.Event()
-                try:
-                    await self._lead(staging)
-                finally:
-                    self._round = None
-                    done.set()
-        finally:
-            self._queue.pop(staging, None)
+        await self._batches.submit(staging)
         error, staging.release_error = staging.release_error, None
         if error is not None:
             raise error
 
-    async def _lead(self, leader: Staging[R]) -> None:
-        queue = self._queue
-        del queue[leader]
-        batch = [leader, *islice(queue, self._limit - 1)]
-        for staging in batch[1:]:
-            del queue[staging]
+    async def _run(self, batch: list[Staging[R]]) -> None:
         try:
             await self._release(batch)
         except StoreError as exc:
             for staging in batch:
                 staging.release_error = exc
-        except BaseException:  # cancelled before it ran: the others wait for the next one
-            for staging in batch[1:]:
-                queue[staging] = None
-            raise

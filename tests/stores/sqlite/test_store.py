@@ -165,3 +165,37 @@ async def test_a_commit_onto_events_another_writer_stored_is_refused(tmp_path: P
             await handle.flush()
         assert await stored(store, "s1") == [ev(0), ev(1, text="theirs")]
         await handle.abort()
+
+
+class _CountingConnection(sqlite3.Connection):
+    """Counts the write transactions begun on it (each ``BEGIN IMMEDIATE``)."""
+
+    begun = 0
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if sql == "BEGIN IMMEDIATE":
+            type(self).begun += 1
+        return super().execute(sql, *args)
+
+
+async def test_a_runtime_exit_closes_2000_idle_sessions_in_few_transactions(
+    tmp_path: Path,
+) -> None:
+    from dsh_agent_loop import AgentOptions, ScriptedModel, open_runtime
+
+    path, n = tmp_path / "s.db", 2000
+    async with SqliteStore(path, connection_factory=_CountingConnection) as store:
+        async with open_runtime(store=store, providers={"scripted": ScriptedModel([])}) as rt:
+            for i in range(n):
+                await rt.agents.create(options=AgentOptions(id=f"a{i}", provider="scripted"))
+            begun = _CountingConnection.begun
+        closing = _CountingConnection.begun - begun  # the runtime's exit closed every handle
+    assert closing <= n // 10  # releases share transactions (1,000 each at most)
+    owners = sqlite3.connect(path).execute("SELECT count(*) FROM owners").fetchone()[0]
+    assert owners == 0
+    async with SqliteStore(path) as second:  # another store object takes every session over
+        infos = await second.list()
+        assert len(infos) == n
+        for info in infos:
+            handle = await second.open(info.session_id, "write")
+            await handle.abort()

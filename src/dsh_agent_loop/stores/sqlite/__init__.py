@@ -1,8 +1,9 @@
 """``SqliteStore``: the embedded default backend (one SQLite file, WAL, group commit).
 
 Modules: ``store`` (the ``SessionStore``), ``_connections`` (the writer and reader
-connections, one worker-thread hop per call), ``_commit`` (the write path: group-commit rounds
-and how a failed one is settled), ``_checkpoint`` (the background WAL checkpoint and its
+connections, one worker-thread hop per call), ``_reads`` (concurrent reads sharing hops),
+``_commit`` (the write path: group-commit rounds, grouped releases, and how a failed round is
+settled), ``_checkpoint`` (the background WAL checkpoint and its
 thread), ``_sync`` (the schema and every transaction, trio-free).
 """
 

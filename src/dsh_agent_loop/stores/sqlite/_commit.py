@@ -7,7 +7,9 @@ back (nothing was stored); when none is open any more (the failure came from ``C
 SQLite rolled back by itself) the outcome is read back, and events stored with identical
 content count as committed — never a blind retry. Busy/locked errors and a lost connection
 are retried a few times once nothing was stored; other errors (disk full, I/O error) fail
-the flush; an outcome that cannot be read back fails the sessions for good.
+the flush; an outcome that cannot be read back fails the sessions for good. Releases of
+ownership are grouped the same way (``GroupRelease``): one transaction deletes the owner rows
+of every handle that closed meanwhile.
 
 Only the sessions a failure concerns see it. An event that cannot be encoded fails its own
 session for good before the transaction starts, and a commit that fails for a reason other
@@ -26,7 +28,7 @@ import trio
 
 from ...errors import SessionOwnershipLostError, StoreError
 from ...events import Event
-from .._group_commit import GroupCommit
+from .._group_commit import GroupCommit, GroupRelease
 from .._handles import Staging
 from .._rows import last_turn_end
 from . import _sync as sql
@@ -46,6 +48,7 @@ class SqliteBackend:
         self._connections = connections
         self._checkpointer = checkpointer
         self._group = GroupCommit[sql.Row](connections.writer_lock, self._commit_round)
+        self._releases = GroupRelease[sql.Row](self._release_batch)
         self.commits = self.handles_committed = self.events_committed = self.retries = 0
 
     # --- StagingBackend ---
@@ -64,15 +67,16 @@ class SqliteBackend:
         await trio.lowlevel.checkpoint()
 
     async def release(self, staging: SqliteStaging) -> None:
-        """Delete the owner row (and the session, if nothing of it was stored)."""
+        """Delete the owner row (and the session, if nothing of it was stored).
+
+        Releases that queue meanwhile share one transaction (``GroupRelease``).
+        """
         self._group.forget(staging)
-        release = partial(
-            sql.release,
-            sid=staging.session_id,
-            token=staging.token,
-            drop_if_empty=staging.stored_count == 0,
-        )
-        await self._connections.on_writer(release)
+        await self._releases.release(staging)
+
+    async def _release_batch(self, batch: list[SqliteStaging]) -> None:
+        releases = [(s.session_id, s.token, s.stored_count == 0) for s in batch]
+        await self._connections.on_writer(partial(sql.release_many, releases=releases))
 
     # --- one round ---
 

@@ -2,9 +2,10 @@
 
 Design. One writer connection serves every session of the file; a second one serves reads
 (WAL lets it read while the writer commits). Each has a trio lock (one user at a time), and
-every blocking call runs in a worker thread, one hop per call (``_threads``); the trio thread
-never waits on SQLite. The file is opened by SQLite only: a plain ``open()`` and ``close()``
-of it would drop the process's POSIX locks on it.
+every blocking call runs in a worker thread, one hop per call (``_threads``), except that
+concurrent reads share hops (``_reads``); the trio thread never waits on SQLite. The file is
+opened by SQLite only: a plain ``open()`` and ``close()`` of it would drop the process's POSIX
+locks on it.
 
 A failure is settled on the spot, in the worker: an open transaction is rolled back (the
 write lock of the whole file must not outlive it), and a connection that cannot even do that
@@ -27,6 +28,7 @@ import trio
 from ...errors import StoreError
 from .._threads import run_in_worker
 from . import _sync as sql
+from ._reads import ReadQueue
 
 __all__ = ["RETRY_DELAYS", "Attempt", "Connections"]
 
@@ -82,6 +84,8 @@ class Connections:
         self.writer_lock = trio.Lock()
         """Held by every writer transaction, commits included."""
         self.reader_lock = trio.Lock()
+        """Held while the reader connection is in use (``ReadQueue``'s hops, closing)."""
+        self._reads = ReadQueue(self.reader_lock, self._reader_call)
         self._writer: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
         self.retries = 0
@@ -220,9 +224,13 @@ class Connections:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def on_reader(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run a read on the reader connection."""
-        async with self.reader_lock:
-            return await self.hop(partial(self._reader_call, fn))
+        """Run a read on the reader connection (concurrent reads share hops: ``ReadQueue``)."""
+        try:
+            return await self._reads.read(fn)
+        except StoreError:
+            raise
+        except Exception as exc:  # sqlite3, OS (the file's directory), decoding, bugs
+            raise self.error(exc) from exc
 
     async def commit_attempt(self, work: Sequence[sql.Work]) -> Attempt:
         """One settled commit of ``work`` (the caller holds the writer lock)."""

@@ -46,6 +46,7 @@ from .._rows import corrupt, escape_surrogates, event_json, load_header, session
 __all__ = [
     "SCHEMA",
     "Owner",
+    "Release",
     "Row",
     "Work",
     "acquire",
@@ -59,6 +60,7 @@ __all__ = [
     "is_corrupt",
     "process_start_time",
     "release",
+    "release_many",
     "rows_stored",
     "settle",
 ]
@@ -303,12 +305,27 @@ def acquire(
     return count, header_json
 
 
+Release = tuple[str, str, bool]
+"""One session's release: session id, owner token, drop the session if it has no event."""
+
+
 def release(conn: sqlite3.Connection, sid: str, token: str, drop_if_empty: bool) -> None:
     """Give ownership up (and drop the session if it has no stored event)."""
+    release_many(conn, [(sid, token, drop_if_empty)])
+
+
+def release_many(conn: sqlite3.Connection, releases: Sequence[Release]) -> None:
+    """Give ownership of several sessions up in one transaction (see ``release``).
+
+    Only an owner row that still carries the releasing token goes, so a row taken over
+    meanwhile stays, and repeating a release is harmless.
+    """
+    execute = conn.execute
     with _immediate(conn):
-        cur = conn.execute("DELETE FROM owners WHERE session_id=? AND token=?", (sid, token))
-        if cur.rowcount and drop_if_empty:
-            conn.execute(f"DELETE FROM sessions WHERE session_id=? AND {_COUNT}=0", (sid,))
+        for sid, token, drop_if_empty in releases:
+            cur = execute("DELETE FROM owners WHERE session_id=? AND token=?", (sid, token))
+            if cur.rowcount and drop_if_empty:
+                execute(f"DELETE FROM sessions WHERE session_id=? AND {_COUNT}=0", (sid,))
 
 
 def delete(conn: sqlite3.Connection, sid: str) -> None:
