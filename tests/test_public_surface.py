@@ -70,6 +70,7 @@ PINNED = {
         "invariants",
         "load_config",
         "open_runtime",
+        "thaw",
         "tool",
     ],
     "dsh_agent_loop.testing": [

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from . import invariants as invariants
 from ._frozen import FrozenDict as FrozenDict
+from ._frozen import thaw as thaw
 from .agent.approvals import ApprovalRequest as ApprovalRequest
 from .agent.calls import RunStream as RunStream
 from .agent.compaction import Compacted as Compacted
@@ -128,5 +129,6 @@ __all__ = [
     "invariants",
     "load_config",
     "open_runtime",
+    "thaw",
     "tool",
 ]
