@@ -14,8 +14,10 @@ from dsh_agent_loop import (
     Event,
     MemoryStore,
     ScriptedModel,
+    Tool,
     invariants,
     open_runtime,
+    tool,
 )
 
 OPTIONS = AgentOptions(id="main", provider="scripted", model="m")
@@ -128,3 +130,34 @@ async def wait_until(predicate: Any, *, step: float = 0.001, limit: float = 1000
         if trio.current_time() > deadline:
             raise AssertionError("condition never became true")
         await trio.sleep(step)
+
+
+# -- parent and child agents (sub-agent and delegate tests) ----------------------------------
+def parent_child_runtime(parent: Iterable[Any] = (), child: Iterable[Any] = (), **kwargs: Any):
+    """A runtime with two scripted providers: ``p`` (the parent's) and ``c`` (the child's)."""
+    kwargs.setdefault("store", MemoryStore())
+    kwargs.setdefault("clock", trio.current_time)
+    providers = {"p": ScriptedModel(list(parent)), "c": ScriptedModel(list(child))}
+    return open_runtime(providers=providers, **kwargs)
+
+
+def hanging_tool(started: trio.Event) -> Tool:
+    """A tool ``hang`` that sets ``started`` and then waits until cancelled."""
+
+    @tool
+    async def hang() -> str:
+        """Wait until cancelled."""
+        started.set()
+        await trio.sleep_forever()
+        return "never"
+
+    return hang
+
+
+async def stored(rt: Any, session_id: str) -> list[Event]:
+    """The events the store holds for ``session_id``."""
+    handle = await rt.store.open(session_id)
+    try:
+        return await handle.read()
+    finally:
+        await handle.close()

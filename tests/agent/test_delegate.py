@@ -10,6 +10,7 @@ import trio
 
 from dsh_agent_loop import (
     AgentOptions,
+    CompactionPolicy,
     InvalidOptionError,
     MemoryStore,
     Reply,
@@ -22,17 +23,18 @@ from dsh_agent_loop import (
 )
 from dsh_agent_loop.testing import explore_cancellation
 
-from .conftest import assert_well_formed, plain, turn_ends, user_texts
+from .conftest import (
+    assert_well_formed,
+    hanging_tool,
+    parent_child_runtime,
+    plain,
+    stored,
+    turn_ends,
+    user_texts,
+)
 
 PARENT = AgentOptions(id="main", provider="p", model="m")
 HELPER = AgentOptions(id="helper", provider="c", model="m")
-
-
-def runtime(parent=(), child=(), **kwargs):
-    kwargs.setdefault("store", MemoryStore())
-    kwargs.setdefault("clock", trio.current_time)
-    providers = {"p": ScriptedModel(list(parent)), "c": ScriptedModel(list(child))}
-    return open_runtime(providers=providers, **kwargs)
 
 
 def results(events) -> list[dict[str, Any]]:
@@ -57,16 +59,8 @@ def delegate(task: str, call_id: str, child: str | None = None) -> Reply:
     return Reply.tool_calls(("delegate", arguments, call_id))
 
 
-async def stored(rt, session_id):
-    handle = await rt.store.open(session_id)
-    try:
-        return await handle.read()
-    finally:
-        await handle.close()
-
-
 async def test_the_child_answer_is_the_tool_result_and_the_child_is_reused(autojump_clock):
-    async with runtime(
+    async with parent_child_runtime(
         parent=[
             delegate("What is 6 times 7?", "d1"),
             Reply.text("It is 42."),
@@ -106,7 +100,7 @@ async def test_the_child_answer_is_the_tool_result_and_the_child_is_reused(autoj
 
 
 async def test_a_failed_child_turn_is_a_tool_error_naming_its_code(autojump_clock):
-    async with runtime(
+    async with parent_child_runtime(
         parent=[delegate("Try", "d1"), Reply.text("it failed")],
         child=[Reply.error("BAD_REQUEST", "the request was refused", status=400)],
     ) as rt:
@@ -124,7 +118,7 @@ async def test_a_failed_child_turn_is_a_tool_error_naming_its_code(autojump_cloc
 
 
 async def test_a_name_taken_by_another_agent_is_a_tool_error(autojump_clock):
-    async with runtime(parent=[delegate("Try", "d1"), Reply.text("no")]) as rt:
+    async with parent_child_runtime(parent=[delegate("Try", "d1"), Reply.text("no")]) as rt:
         rt.add_tool(delegate_tool(rt, HELPER))
         await rt.agents.create(options=AgentOptions(id="main.helper", provider="c", model="m"))
         parent = await rt.agents.create(options=PARENT)
@@ -141,22 +135,11 @@ async def test_an_undeclared_name_is_refused():
             delegate_tool(rt, "ghost")
 
 
-def hanging_tool(started: trio.Event):
-    @tool
-    async def hang() -> str:
-        """Wait until cancelled."""
-        started.set()
-        await trio.sleep_forever()
-        return "never"
-
-    return hang
-
-
 @pytest.mark.parametrize("path", ["cancel", "deadline", "run-caller"])
 async def test_cancelling_the_parent_while_it_delegates_aborts_the_child(autojump_clock, path):
     started = trio.Event()
     budget = TurnBudget(max_seconds=5) if path == "deadline" else None
-    async with runtime(
+    async with parent_child_runtime(
         parent=[delegate("Wait", "d1")],
         child=[Reply.tool_calls(("hang", {}, "h1"))],
         tools=[hanging_tool(started)],
@@ -277,6 +260,7 @@ async def test_subagents_declared_in_the_config_are_delegate_tools(autojump_cloc
             "model": "m",
             "persona": "You research one question.",
             "turnBudget": {"maxSteps": 3},
+            "compaction": {"keepRecentTurns": 1},
             "tool": "research",
             "description": "Ask the researcher.",
         }
@@ -294,6 +278,7 @@ async def test_subagents_declared_in_the_config_are_delegate_tools(autojump_cloc
         assert declared.description == "Ask the researcher."
         options, _ = rt.subagents["researcher"]
         assert options.turn_budget == TurnBudget(max_steps=3)
+        assert options.compaction == CompactionPolicy(keep_recent_turns=1)
         assert delegate_tool(rt, "researcher").name == "delegate"
         parent = await rt.agents.create(options=PARENT)
         await parent.agent.run("go")

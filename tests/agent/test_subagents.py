@@ -12,50 +12,30 @@ from dsh_agent_loop import (
     InvalidOptionError,
     MemoryStore,
     Reply,
-    ScriptedModel,
     SessionNotFoundError,
     SqliteStore,
     TurnBudget,
-    open_runtime,
     tool,
 )
 from dsh_agent_loop.events import SESSION_END_SEED
 
-from .conftest import assert_well_formed, plain, turn_ends, types
+from .conftest import (
+    assert_well_formed,
+    hanging_tool,
+    parent_child_runtime,
+    plain,
+    stored,
+    turn_ends,
+    types,
+)
 
 PARENT = AgentOptions(id="main", provider="p", model="m")
 CHILD = AgentOptions(id="child", provider="c", model="m")
 
 
-def runtime(parent=(), child=(), **kwargs):
-    kwargs.setdefault("store", MemoryStore())
-    kwargs.setdefault("clock", trio.current_time)
-    providers = {"p": ScriptedModel(list(parent)), "c": ScriptedModel(list(child))}
-    return open_runtime(providers=providers, **kwargs)
-
-
-def hanging_tool(started: trio.Event):
-    @tool
-    async def hang() -> str:
-        """Wait until cancelled."""
-        started.set()
-        await trio.sleep_forever()
-        return "never"
-
-    return hang
-
-
-async def stored(rt, session_id):
-    handle = await rt.store.open(session_id)
-    try:
-        return await handle.read()
-    finally:
-        await handle.close()
-
-
 # -- links ---------------------------------------------------------------------------------------
 async def test_a_child_header_names_its_parent_and_the_parent_lists_it(autojump_clock):
-    async with runtime() as rt:
+    async with parent_child_runtime() as rt:
         parent = await rt.agents.create(options=PARENT)
         child = await rt.agents.create(options=CHILD, parent_agent=parent.agent)
         assert child.agent.session.header["parent_session_id"] == parent.session_id
@@ -68,7 +48,7 @@ async def test_a_child_header_names_its_parent_and_the_parent_lists_it(autojump_
 
 async def test_resume_keeps_the_link_and_relinks_a_live_parent(autojump_clock):
     store = MemoryStore()
-    async with runtime(store=store) as rt:
+    async with parent_child_runtime(store=store) as rt:
         parent = await rt.agents.create(session_id="p1", options=PARENT)
         child = await rt.agents.create(session_id="c1", options=CHILD, parent_agent=parent.agent)
         await child.dispose()
@@ -86,7 +66,7 @@ async def test_resume_keeps_the_link_and_relinks_a_live_parent(autojump_clock):
             await rt.agents.resume("t1", parent_agent=other.agent)
         assert rt.agents.get("t") is None
         assert parent.agent.children == ()
-    async with runtime(store=store) as rt:  # the parent is not live: resumed unlinked
+    async with parent_child_runtime(store=store) as rt:  # the parent is not live: resumed unlinked
         alone = await rt.agents.resume("c1")
         assert alone.agent.parent is None
         assert alone.agent.session.header["parent_session_id"] == "p1"
@@ -97,7 +77,7 @@ def _pm():
 
 
 async def test_a_disposed_parent_takes_no_children(autojump_clock):
-    async with runtime() as rt:
+    async with parent_child_runtime() as rt:
         parent = await rt.agents.create(options=PARENT)
         await parent.dispose()
         with pytest.raises(AgentClosedError):
@@ -124,7 +104,7 @@ async def _stuck_pair(rt, started, parent_budget=None):
 async def test_a_parent_cancel_reaches_a_child_stuck_in_a_hanging_tool(autojump_clock, path):
     started = trio.Event()
     budget = TurnBudget(max_seconds=5) if path == "budget-seconds" else None
-    async with runtime(
+    async with parent_child_runtime(
         parent=[Reply.hang()],
         child=[Reply.tool_calls(("hang", {}, "h1")), Reply.text("late")],
         tools=[hanging_tool(started)],
@@ -161,7 +141,7 @@ async def test_a_parent_cancel_reaches_a_child_stuck_in_a_hanging_tool(autojump_
 
 async def test_the_cancel_goes_down_the_tree_and_not_up(autojump_clock):
     started = trio.Event()
-    async with runtime(
+    async with parent_child_runtime(
         parent=[Reply.hang()],
         child=[Reply.hang(), Reply.tool_calls(("hang", {}, "h1"))],
         tools=[hanging_tool(started)],
@@ -191,7 +171,7 @@ async def test_the_cancel_goes_down_the_tree_and_not_up(autojump_clock):
 
 async def test_an_idle_parent_cancel_leaves_its_children_alone(autojump_clock):
     started = trio.Event()
-    async with runtime(
+    async with parent_child_runtime(
         child=[Reply.tool_calls(("hang", {}, "h1"))], tools=[hanging_tool(started)]
     ) as rt:
         parent = await rt.agents.create(options=PARENT)
@@ -210,7 +190,7 @@ async def test_an_idle_parent_cancel_leaves_its_children_alone(autojump_clock):
 @pytest.mark.parametrize("how", ["handle", "runtime-exit"])
 async def test_disposing_a_parent_disposes_its_children_first(autojump_clock, how):
     order = []
-    async with runtime() as rt:
+    async with parent_child_runtime() as rt:
         rt.hooks.on("agent/disposed", lambda e: order.append(e.data["agent_id"]))
         parent = await rt.agents.create(options=PARENT)
         child = await rt.agents.create(options=CHILD, parent_agent=parent.agent)
@@ -250,7 +230,7 @@ async def _source(rt):
 # SQLite works in threads: no autojump_clock (virtual time would run while a thread works).
 async def test_fork_everything_on_sqlite_and_resume_it(tmp_path):
     path = tmp_path / "sessions.db"
-    async with runtime(
+    async with parent_child_runtime(
         parent=[*_two_turns(), Reply.text("forked")], store=SqliteStore(path), tools=[look]
     ) as rt:
         source = await _source(rt)
@@ -269,7 +249,7 @@ async def test_fork_everything_on_sqlite_and_resume_it(tmp_path):
         messages = fork.agent.session.derive_messages()
         assert [m["role"] for m in messages].count("user") == 3
         assert len(source.agent.session.events) == len(committed)  # the source is untouched
-    async with runtime(store=SqliteStore(path)) as rt:
+    async with parent_child_runtime(store=SqliteStore(path)) as rt:
         again = await rt.agents.resume("fk")
         assert again.agent.id == "fork"
         assert plain(again.agent.session.header["forked_from"])["session_id"] == "src"
@@ -278,7 +258,7 @@ async def test_fork_everything_on_sqlite_and_resume_it(tmp_path):
 
 @pytest.mark.parametrize("cut", ["tool-call", "turn-boundary"])
 async def test_fork_mid_way_is_well_formed(tmp_path, cut):
-    async with runtime(
+    async with parent_child_runtime(
         parent=_two_turns(), store=SqliteStore(tmp_path / "s.db"), tools=[look]
     ) as rt:
         source = await _source(rt)
@@ -306,7 +286,7 @@ async def test_fork_mid_way_is_well_formed(tmp_path, cut):
 
 
 async def test_fork_of_a_running_session_takes_its_committed_events(autojump_clock):
-    async with runtime(parent=[Reply.hang("partial")]) as rt:
+    async with parent_child_runtime(parent=[Reply.hang("partial")]) as rt:
         source = await rt.agents.create(session_id="src", options=PARENT)
         source.agent.followup("go")
         await trio.sleep(1)
@@ -319,7 +299,7 @@ async def test_fork_of_a_running_session_takes_its_committed_events(autojump_clo
 
 
 async def test_fork_refusals(autojump_clock):
-    async with runtime(parent=[Reply.text("one")]) as rt:
+    async with parent_child_runtime(parent=[Reply.text("one")]) as rt:
         source = await rt.agents.create(session_id="src", options=PARENT)
         await source.agent.run("one")
         size = len(source.agent.session.events)
@@ -334,7 +314,7 @@ async def test_fork_refusals(autojump_clock):
 
 
 async def test_a_fork_made_for_a_parent_is_its_child(autojump_clock):
-    async with runtime(parent=[Reply.text("one")]) as rt:
+    async with parent_child_runtime(parent=[Reply.text("one")]) as rt:
         source = await rt.agents.create(session_id="src", options=PARENT)
         await source.agent.run("one")
         child = await rt.agents.fork("src", options=AgentOptions(id="f"), parent_agent=source.agent)

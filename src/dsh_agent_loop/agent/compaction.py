@@ -19,16 +19,14 @@ from .._frozen import FrozenDict
 from ..errors import AgentClosedError, AgentLoopError, InvalidOptionError
 from ..events import (
     AGENT_ERROR,
-    ASSISTANT_MESSAGE,
     CONTEXT_COMPACTED,
     SYSTEM_MESSAGE,
-    TOOL_RESULT,
     TURN_START,
     USER_MESSAGE,
     Event,
 )
 from ..llm.base import Finish, ModelError, TextDelta, make_request
-from .context import CHARS_PER_TOKEN, append_replacement, count_tokens
+from .context import CHARS_PER_TOKEN, append_replacement, closed_end, count_tokens
 from .inbox import user_message
 from .options import CompactionPolicy
 
@@ -96,23 +94,6 @@ def _kept_from(agent: Agent, start: int, keep: int) -> int:
     return len(entries)
 
 
-def _closed_end(entries: Sequence[Event], start: int, stop: int) -> int:
-    """The last position before ``stop`` where every tool call since ``start`` has its result."""
-    open_calls: set[str] = set()
-    end = start - 1
-    for k in range(start, stop):
-        event = entries[k]
-        if event.type == ASSISTANT_MESSAGE:
-            for block in event.data["message"].get("content", ()):
-                if block.get("type") == "tool-call":
-                    open_calls.add(block["call_id"])
-        elif event.type == TOOL_RESULT:
-            open_calls.discard(event.data["message"].get("call_id"))
-        if not open_calls:
-            end = k
-    return end
-
-
 def plan(agent: Agent, keep: int) -> tuple[int, int] | None:
     """Surface positions ``(i, j)`` to compact keeping ``keep`` turns, or None (nothing to)."""
     surface = agent.log.surface
@@ -121,7 +102,7 @@ def plan(agent: Agent, keep: int) -> tuple[int, int] | None:
     start = 0
     if nodes:
         start = next(k for k, e in enumerate(entries) if e is nodes[0]) + 1
-    end = _closed_end(entries, start, _kept_from(agent, start, keep))
+    end = closed_end(entries, start, _kept_from(agent, start, keep))
     if end < start:
         return None
     covered = entries[start : end + 1]

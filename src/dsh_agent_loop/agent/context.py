@@ -36,6 +36,7 @@ __all__ = [
     "ContextUsage",
     "append_replacement",
     "check_range",
+    "closed_end",
     "context_usage",
     "count_tokens",
     "estimate_tokens",
@@ -232,22 +233,28 @@ def context_usage(agent: Agent) -> ContextUsage:
 
 
 # -- replacement --------------------------------------------------------------------------
-def _tool_pairs_closed(entries: Sequence[Event], i: int, j: int) -> bool:
-    """Whether ``entries[i..j]`` holds every tool call's result and every result's call."""
+def closed_end(entries: Sequence[Event], start: int, stop: int) -> int:
+    """The last position before ``stop`` up to which every tool call since ``start`` is paired.
+
+    ``start - 1`` when there is none. A result whose call is not in the range makes every
+    later position unpaired too.
+    """
     open_calls: set[str] = set()
-    orphans = False
-    for event in entries[i : j + 1]:
+    end = start - 1
+    for k in range(start, stop):
+        event = entries[k]
         if event.type == ASSISTANT_MESSAGE:
             for block in event.data["message"].get("content", ()):
                 if block.get("type") == "tool-call":
                     open_calls.add(block["call_id"])
         elif event.type == TOOL_RESULT:
             call_id = event.data["message"].get("call_id")
-            if call_id in open_calls:
-                open_calls.discard(call_id)
-            else:
-                orphans = True
-    return not open_calls and not orphans
+            if call_id not in open_calls:
+                return end  # an orphan result: no range through it is paired
+            open_calls.discard(call_id)
+        if not open_calls:
+            end = k
+    return end
 
 
 def _message_data(agent: Agent, message: Any) -> tuple[str, FrozenDict]:
@@ -296,7 +303,7 @@ def check_range(agent: Agent, start_seq: int, end_seq: int) -> tuple[int, int]:
     nodes = surface.system_nodes
     if nodes and any(e is nodes[0] for e in surface.entries[i : j + 1]):
         raise InvalidOptionError(f"cannot replace {start_seq}..{end_seq}: it covers node 0")
-    if not _tool_pairs_closed(surface.entries, i, j):
+    if closed_end(surface.entries, i, j + 1) != j:
         raise InvalidOptionError(
             f"cannot replace {start_seq}..{end_seq}: it splits a tool call from its result"
         )

@@ -94,6 +94,8 @@ class SubagentEntry:
     tools: tuple[NonEmptyStr, ...] | None = None
     turn_budget: TurnBudget | None = None
     require_approval: tuple[NonEmptyStr, ...] = attrs.field(default=(), converter=to_tuple)
+    compaction: CompactionConfig | None = None
+    """The children's compaction policy (``docs/context.md``)."""
     tool: NonEmptyStr = "delegate"
     """The tool name the model sees."""
     description: NonEmptyStr | None = None
