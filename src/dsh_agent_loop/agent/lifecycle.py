@@ -23,9 +23,6 @@ cannot break what they observe: a raising observer is logged and ignored. The on
 from __future__ import annotations
 
 import builtins
-import os
-import threading
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -206,11 +203,11 @@ class Agents:
         forked_from: FrozenDict | None = None,
     ) -> FrozenDict:
         """One frozen header, shared by the store's record and the session."""
-        sid = session_id or f"{options.id}-session-{_session_uuid()}"
+        sid = session_id or f"{options.id}-session-{uuid.uuid4()}"
         header: dict[str, Any] = {
             "session_id": sid,
             "agent_id": options.id,
-            "created_at": _created_at(),
+            "created_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "format_version": FORMAT_VERSION,
         }
         if options.cwd is not None:
@@ -514,56 +511,6 @@ class Agents:
                 if not quiet.holds(handle):
                     nursery.start_soon(handle.dispose)
             nursery.start_soon(quiet.finish)
-
-
-class _Ids:
-    """Random bytes for session ids, drawn from ``os.urandom`` a block at a time.
-
-    ``uuid.uuid4()`` reads 16 bytes from the OS per call; creating thousands of agents reads
-    them 256 ids at a time instead (same source, same randomness). A forked child drops the
-    block its parent held, so parent and child never hand out the same id.
-    """
-
-    block = b""
-    offset = 0
-    lock = threading.Lock()  # runtimes in several threads never share a slice
-
-    @classmethod
-    def next(cls) -> uuid.UUID:
-        with cls.lock:
-            if cls.offset >= len(cls.block):
-                cls.block, cls.offset = os.urandom(16 * _IDS_PER_READ), 0
-            raw = cls.block[cls.offset : cls.offset + 16]
-            cls.offset += 16
-        return uuid.UUID(bytes=raw, version=4)
-
-    @classmethod
-    def drop(cls) -> None:
-        cls.block, cls.offset, cls.lock = b"", 0, threading.Lock()
-
-
-_IDS_PER_READ = 256
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_Ids.drop)
-
-
-def _session_uuid() -> uuid.UUID:
-    """A random (version 4) UUID for a default session id."""
-    return _Ids.next()
-
-
-_last_created: tuple[int, str] = (-1, "")
-
-
-def _created_at() -> str:
-    """Now as an ISO-8601 UTC timestamp in milliseconds (formatted once per millisecond)."""
-    global _last_created
-    ms = time.time_ns() // 1_000_000
-    if ms != _last_created[0]:
-        second = datetime.fromtimestamp(ms // 1000, UTC)
-        stamp = second.replace(microsecond=ms % 1000 * 1000).isoformat(timespec="milliseconds")
-        _last_created = (ms, stamp)
-    return _last_created[1]
 
 
 def _check_tools(agent: Agent) -> None:
