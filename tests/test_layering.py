@@ -7,7 +7,10 @@
    submodule does not count as importing its parent packages' ``__init__``.
 2. No module imports a private module (a dotted-path component starting with ``_``, dunders
    aside) of another package: the package that holds the private part must be the importer's
-   own package or one of its ancestors. ``scripts/bench`` imports no private module at all.
+   own package or one of its ancestors. The benchmarks use the package as an application would:
+   ``dsh_agent_loop.bench`` imports no private module outside itself (an ancestor's neither),
+   and ``scripts/bench`` (thin wrappers around it) none at all. Nothing outside
+   ``dsh_agent_loop.bench`` imports it (``dsh-agent bench`` loads it by name, when it runs).
 3. No module over 600 lines, no function (or method) over 80 lines in ``src``.
 
 The checkers are plain functions, tested first on a small fake tree so that each bar is seen
@@ -27,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 PACKAGE = "dsh_agent_loop"
 BENCH = ROOT / "scripts" / "bench"
+BENCH_PACKAGE = f"{PACKAGE}.bench"
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
 
@@ -202,6 +206,32 @@ def private_import_violations(
     return out
 
 
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def private_imports_from(graph: dict[str, dict[str, int]], package: str) -> list[str]:
+    """Private modules outside ``package`` that the modules of ``package`` import."""
+    return [
+        f"{name}:{line} imports {target}"
+        for name, edges in sorted(graph.items())
+        if _within(name, package)
+        for target, line in sorted(edges.items())
+        if private_owner(target) is not None and not _within(target, package)
+    ]
+
+
+def imports_into(graph: dict[str, dict[str, int]], package: str) -> list[str]:
+    """Imports of the modules of ``package`` by modules outside it."""
+    return [
+        f"{name}:{line} imports {target}"
+        for name, edges in sorted(graph.items())
+        if not _within(name, package)
+        for target, line in sorted(edges.items())
+        if _within(target, package)
+    ]
+
+
 def script_private_imports(paths: Iterable[Path], package: str, src: Path) -> list[str]:
     """Private modules of ``package`` imported by the scripts at ``paths``."""
     modules = discover(src, package)
@@ -319,6 +349,20 @@ def test_the_checker_finds_private_imports_of_other_packages(tmp_path: Path) -> 
     ]
 
 
+def test_the_checker_keeps_a_package_to_the_public_modules_and_unimported(tmp_path: Path) -> None:
+    write(tmp_path, FAKE)
+    graph = import_graph(discover(tmp_path, "pkg"))
+    # pkg.sub._priv imports an ancestor's private module: allowed by rule 2, not here.
+    assert private_imports_from(graph, "pkg.sub") == ["pkg.sub._priv:1 imports pkg._util"]
+    assert private_imports_from(graph, "pkg.other") == ["pkg.other.d:2 imports pkg.sub._priv"]
+    assert imports_into(graph, "pkg.other") == []
+    assert imports_into(graph, "pkg.sub") == [
+        "pkg.a:1 imports pkg.sub.b",
+        "pkg.other.d:2 imports pkg.sub._priv",
+        "pkg.other.d:1 imports pkg.sub.c",
+    ]
+
+
 def test_the_checker_finds_long_modules_and_functions(tmp_path: Path) -> None:
     def lines(indent: str, count: int) -> str:
         return "".join(f"{indent}x{i} = {i}\n" for i in range(count))
@@ -372,6 +416,17 @@ def test_no_private_module_of_another_package_is_imported(
 ) -> None:
     found = private_import_violations(modules, graph)
     assert not found, "private modules imported from another package:\n" + "\n".join(found)
+
+
+def test_the_bench_package_imports_no_private_module(graph: dict[str, dict[str, int]]) -> None:
+    assert any(_within(name, BENCH_PACKAGE) for name in graph), f"no {BENCH_PACKAGE} modules"
+    found = private_imports_from(graph, BENCH_PACKAGE)
+    assert not found, f"{BENCH_PACKAGE} imports private modules:\n" + "\n".join(found)
+
+
+def test_nothing_outside_the_bench_package_imports_it(graph: dict[str, dict[str, int]]) -> None:
+    found = imports_into(graph, BENCH_PACKAGE)
+    assert not found, f"{BENCH_PACKAGE} imported from outside:\n" + "\n".join(found)
 
 
 def test_the_bench_scripts_import_no_private_module() -> None:

@@ -4,7 +4,8 @@ The target is 100,000 agents in at most 2 GB of peak RSS, about 18 KB per agent 
 tests count the bytes Python allocates (``tracemalloc``) per idle agent after a turn of four
 tool steps and a text step (32 events), which is most of that budget: the log's events and
 their data, the agent's records and its parked task. Measured at the time of writing: about
-15.7 KB per agent (21.5 KB before event data was stored as shared shapes and value tuples).
+14.9 KB per agent (15.7 KB before the payloads agents write alike were shared, 21.5 KB before
+event data was stored as shared shapes and value tuples).
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from dsh_agent_loop.tools.base import tool
 
 AGENTS = 500
 STEPS = 5  # four tool steps, then text
-#: Bytes per idle agent; about 15.7 KB measured, 21.5 KB before compact event data.
-BYTES_PER_AGENT = 18_000
-#: Bytes of one event's data, on average, in such a log; about 170 measured, 350 before.
-DATA_BYTES_PER_EVENT = 200
+#: Bytes per idle agent; about 14.9 KB measured (15.7 KB before shared payloads, 21.5 KB
+#: before compact event data).
+BYTES_PER_AGENT = 17_000
+#: Bytes of one event's data, on average, in such a log; about 144 measured (170 before shared
+#: payloads, 350 before compact event data).
+DATA_BYTES_PER_EVENT = 170
 
 
 @tool

@@ -419,7 +419,8 @@ def test_run_is_well_formed_at_every_cancel_point():
 
     report = explore_cancellation(_run_one_prompt, providers=providers, seed=1)
     assert report.failures == []
-    assert report.runs == report.checkpoints >= 8
+    # 7 when the store commits inline (the closing flush then parks no task; writer.py)
+    assert report.runs == report.checkpoints >= 7
 
 
 # --- structured output (agent/output.py) --------------------------------------------------------

@@ -597,3 +597,50 @@ async def test_header_options_holding_a_list_are_shared_and_frozen(autojump_cloc
         record = a.agent.log.header["options"]
         assert record["require_approval"] == ("x", "y")
         assert b.agent.log.header["options"] is record
+
+
+def test_session_id_suffixes_are_version_4_uuids_of_random_bits() -> None:
+    import uuid as uuid_module
+
+    from dsh_agent_loop.agent.lifecycle import _uuid4_text
+
+    texts = [_uuid4_text() for _ in range(2000)]
+    for text in texts:
+        parsed = uuid_module.UUID(text)
+        assert str(parsed) == text  # canonical: lower-case hex, 8-4-4-4-12
+        assert parsed.version == 4
+        assert parsed.variant == uuid_module.RFC_4122
+    assert len(set(texts)) == len(texts)
+    # the 122 random bits vary: every other hex digit takes more than one value
+    for i in (j for j in range(36) if j not in (8, 13, 14, 18, 23)):
+        assert len({t[i] for t in texts}) > 1, i
+    assert {t[19] for t in texts} == set("89ab")
+
+
+async def test_created_at_is_the_creation_time_to_the_millisecond(autojump_clock):
+    from datetime import UTC, datetime, timedelta
+
+    async with runtime() as rt:
+        stamps = []
+        for n in range(50):
+            before = datetime.now(UTC)
+            handle = await rt.agents.create(
+                options=AgentOptions(id=f"a{n}", provider="scripted", model="m")
+            )
+            after = datetime.now(UTC)
+            created = datetime.fromisoformat(handle.agent.log.header["created_at"])
+            assert before - timedelta(milliseconds=1) < created <= after
+            stamps.append(handle.agent.log.header["created_at"])
+        assert stamps == sorted(stamps)
+
+
+async def test_every_session_seeds_with_the_same_end_seed_payload(autojump_clock):
+    async with runtime() as rt:
+        handles = [
+            await rt.agents.create(options=AgentOptions(id=f"a{n}", provider="scripted", model="m"))
+            for n in range(2)
+        ]
+        seeds = [h.agent.session.events[0] for h in handles]
+        assert [s.type for s in seeds] == ["session/end-seed"] * 2
+        assert seeds[0].data == {}
+        assert seeds[0].data is seeds[1].data  # one frozen payload, not one per session

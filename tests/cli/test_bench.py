@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+import setuptools
 from rich.console import Console
 
 from dsh_agent_loop.cli import _bench
 from dsh_agent_loop.cli._app import main
 from dsh_agent_loop.cli._bench import (
+    BENCHMARKS,
     DEFAULT_TARGETS,
     Row,
     _loop_rows,
     _sse_rows,
-    bench_scripts,
     json_record,
-    load_script,
     missed,
     print_table,
     report_misses,
@@ -163,20 +169,107 @@ def test_bench_help_names_its_options(tmp_path: Path) -> None:
         assert option in done.stdout
 
 
-def test_bench_loads_the_scripts_of_the_source_tree() -> None:
-    directory = bench_scripts()
-    assert directory == REPO / "scripts" / "bench"
-    loop = load_script("loop")
-    assert Path(loop.__file__ or "").parent == directory
-    assert callable(loop.run_loop_bench)
+def test_the_benchmarks_are_modules_of_the_package() -> None:
+    for bench in BENCHMARKS:
+        module = importlib.import_module(bench.module)
+        assert bench.module.startswith("dsh_agent_loop.")
+        assert Path(module.__file__ or "").is_relative_to(REPO / "src" / "dsh_agent_loop")
+        assert callable(getattr(module, bench.function))
+    assert {b.module for b in BENCHMARKS} >= {
+        f"dsh_agent_loop.bench.{name}" for name in ("loop", "stores", "scale", "compaction")
+    }
 
 
-def test_bench_without_the_source_tree_says_where_the_benchmarks_are(tmp_path: Path) -> None:
-    done = cli("bench", "--quick", cwd=tmp_path, DSH_AGENT_BENCH_DIR=str(tmp_path / "none"))
-    assert done.returncode == 2
-    assert done.stdout == ""
-    assert "the benchmarks ship with the source tree (scripts/bench/)" in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1
+def test_importing_the_package_or_the_cli_does_not_import_the_benchmarks(tmp_path: Path) -> None:
+    code = (
+        "import sys, dsh_agent_loop, dsh_agent_loop.cli._app\n"
+        "print(sorted(m for m in sys.modules if m.startswith('dsh_agent_loop.bench')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+# --- a plain (non-editable) install ---------------------------------------------------------
+
+
+def _wheel_packages() -> tuple[Path, list[str], dict[str, list[str]]]:
+    """(source root, packages, package data) as pyproject's setuptools config finds them."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    setup = config["tool"]["setuptools"]
+    src = REPO / setup["packages"]["find"]["where"][0]
+    return src, setuptools.find_packages(where=str(src)), setup.get("package-data", {})
+
+
+def test_the_wheel_config_ships_the_benchmarks() -> None:
+    src, packages, _ = _wheel_packages()
+    assert "dsh_agent_loop.bench" in packages
+    shipped = {p.name for p in (src / "dsh_agent_loop" / "bench").glob("*.py")}
+    assert shipped >= {"__init__.py", "loop.py", "stores.py", "scale.py", "compaction.py"}
+
+
+@pytest.fixture(scope="module")
+def plain_install(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding what a wheel holds: each found package's modules and package data."""
+    src, packages, data = _wheel_packages()
+    site = tmp_path_factory.mktemp("site")
+    for package in packages:
+        source = src.joinpath(*package.split("."))
+        target = site.joinpath(*package.split("."))
+        target.mkdir(parents=True)
+        patterns = ["*.py", *data.get(package, [])]
+        for path in {p for pattern in patterns for p in source.glob(pattern)}:
+            shutil.copy2(path, target / path.name)
+    return site
+
+
+def _run_installed(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in ``cwd`` with ``site`` first on the path, no bench-directory override."""
+    env = {k: v for k, v in os.environ.items() if k != "DSH_AGENT_BENCH_DIR"}
+    env.update(PYTHONPATH=str(site), COLUMNS="160", XDG_CONFIG_HOME=str(cwd / ".xdg"))
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+
+
+def test_a_plain_install_runs_the_scale_children_from_the_package(
+    plain_install: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "scale.json"
+    code = (
+        "import json, sys, dsh_agent_loop.bench.scale as scale\n"
+        "print(scale.__file__)\n"
+        "json.dump(scale.run_scale_bench(sizes=(20,)), open(sys.argv[1], 'w'))\n"
+    )
+    done = _run_installed(plain_install, tmp_path, "-c", code, str(out))
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.splitlines()[0]).is_relative_to(plain_install)
+    (entry,) = json.loads(out.read_text(encoding="utf-8"))["sizes"]
+    for side in ("ours", "ref"):  # each measured in a child: python -m dsh_agent_loop.bench.scale
+        figures = entry[side]
+        assert figures["agents"] == 20
+        assert figures["steps_per_s"] > 0
+        assert 0 <= figures["gc_share"] <= 1
+        assert figures["peak_rss_mb"] > 10  # a Python process's, in MB (not kB)
+    assert "growth" not in json.loads(out.read_text(encoding="utf-8"))  # needs 100 and 10,000
+
+
+@pytest.mark.slow
+def test_bench_quick_runs_from_a_plain_install_outside_the_checkout(
+    plain_install: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "bench.json"
+    done = _run_installed(
+        plain_install, tmp_path, "-m", "dsh_agent_loop.cli", "bench", "--quick", "--json", str(out)
+    )
+    assert done.returncode == 0, done.stderr
+    assert "dsh-agent bench" in done.stdout
+    assert "W1 µs/step, 1 tool" in done.stdout
+    record = json.loads(out.read_text(encoding="utf-8"))
+    assert set(record["results"]) == {"loop", "stores", "compaction", "sse"}  # scale: not quick
+    keys = {row["key"] for row in record["rows"]}
+    assert {"w1", "w2", "w3", "sqlite_w1", "sqlite_append", "compaction", "sse_abs"} <= keys
 
 
 @pytest.mark.parametrize(("loop", "code"), [(LOOP, 1), (GOOD_LOOP, 0)])
@@ -229,19 +322,6 @@ def test_scale_rows_carry_the_issue_15_targets() -> None:
     growth = "Scale µs/step growth 100 → 10,000 agents (ratio: ours/ref)"
     assert cells[growth] == (pytest.approx(2.5 / 3.0), "≤ 1.3x ok")
     assert [r.key for r in missed(rows)] == ["scale_gc"]
-
-
-def test_the_scale_script_measures_both_sides_in_children() -> None:
-    scale = load_script("scale")
-    result = scale.run_scale_bench(sizes=(20,))
-    (entry,) = result["sizes"]
-    for side in ("ours", "ref"):
-        figures = entry[side]
-        assert figures["agents"] == 20
-        assert figures["steps_per_s"] > 0
-        assert 0 <= figures["gc_share"] <= 1
-        assert figures["peak_rss_mb"] > 10  # a Python process's, in MB (not kB)
-    assert "growth" not in result  # needs both 100 and 10,000 agents
 
 
 def test_the_compaction_rows_report_its_cost_and_the_check_per_step() -> None:

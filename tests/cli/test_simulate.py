@@ -7,9 +7,20 @@ import io
 import json
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
-from dsh_agent_loop.cli._simulate import SimOptions, SimSummary, exit_code, run_simulation
+from dsh_agent_loop import MemoryStore
+from dsh_agent_loop.cli._simulate import (
+    DEFAULT_CONCURRENCY,
+    SimOptions,
+    SimScript,
+    SimSummary,
+    exit_code,
+    run_simulation,
+)
+from dsh_agent_loop.llm.base import ModelRequest
+from dsh_agent_loop.llm.scripted import Reply
 
 from .helpers import cli
 
@@ -120,20 +131,30 @@ def test_memory_store_and_exit_code_rules(tmp_path: Path) -> None:
     assert exit_code(SimSummary(**{**base, "turns_completed": 0})) == 0
 
 
-async def test_the_simulation_pauses_the_collector_freezes_its_agents_and_restores_it(
+async def test_the_simulation_pauses_the_collector_for_the_run_and_restores_it(
     monkeypatch,
 ) -> None:
-    from dsh_agent_loop import MemoryStore
+    from dsh_agent_loop import invariants
+    from dsh_agent_loop.agent.lifecycle import Agents
     from dsh_agent_loop.runtime import Runtime
 
-    freezes = []
-    original = Runtime.gc_freeze
+    seen: list[tuple[str, bool]] = []
+    create, check = Agents.create, invariants.check
 
-    def spying(self: Runtime) -> int:
-        freezes.append((len(self.agents.list()), gc.isenabled()))
-        return original(self)
+    async def creating(self: Agents, *args: object, **kwargs: object) -> object:
+        seen.append(("create", gc.isenabled()))
+        return await create(self, *args, **kwargs)
 
-    monkeypatch.setattr(Runtime, "gc_freeze", spying)
+    def checking(events: object) -> object:
+        seen.append(("check", gc.isenabled()))
+        return check(events)  # type: ignore[arg-type]
+
+    def no_freeze(self: Runtime) -> int:
+        raise AssertionError("the run freezes nothing: the collector is paused for all of it")
+
+    monkeypatch.setattr(Agents, "create", creating)
+    monkeypatch.setattr(invariants, "check", checking)
+    monkeypatch.setattr(Runtime, "gc_freeze", no_freeze)
     gc.unfreeze()
     before = (gc.get_threshold(), gc.isenabled(), gc.get_freeze_count())
     assert before[1]
@@ -142,13 +163,45 @@ async def test_the_simulation_pauses_the_collector_freezes_its_agents_and_restor
     summary = await run_simulation(options, MemoryStore(), "memory:", {}, console)
     assert summary.ok
     assert summary.steps == 75
-    assert freezes == [(25, False)]  # once all agents exist, with the collector paused
+    assert seen.count(("create", False)) == 25  # paused from the first creation ...
+    assert seen.count(("check", False)) == 25  # ... until the last log is checked
+    assert len(seen) == 50
     assert (gc.get_threshold(), gc.isenabled(), gc.get_freeze_count()) == before
 
 
-async def test_a_disabled_collector_stays_disabled() -> None:
-    from dsh_agent_loop import MemoryStore
+@pytest.mark.parametrize("concurrency", [1, 3, 0])
+async def test_at_most_concurrency_agents_run_a_turn_at_once(monkeypatch, concurrency: int) -> None:
+    """Turns overlap up to ``concurrency`` agents (0: all of them), and every turn completes."""
+    agents, tools, turns = 12, 2, 2
+    active: set[str] = set()
+    widest = 0
+    reply = SimScript.reply
 
+    def watching(self: SimScript, request: ModelRequest) -> Reply:
+        nonlocal widest
+        answer = reply(self, request)
+        agent = next(m for m in reversed(list(request.messages)) if m["role"] == "user")["content"][
+            0
+        ]["text"].split()[0]
+        if answer.calls:
+            active.add(agent)
+            widest = max(widest, len(active))
+        else:  # the turn's text reply: the agent's last turn may end now
+            active.discard(agent)
+        return answer
+
+    monkeypatch.setattr(SimScript, "reply", watching)
+    options = SimOptions(agents=agents, tools=tools, turns=turns, concurrency=concurrency)
+    summary = await run_simulation(
+        options, MemoryStore(), "memory:", {}, Console(file=io.StringIO())
+    )
+    assert summary.ok
+    assert summary.turns_completed == agents * turns
+    assert summary.concurrency == concurrency
+    assert widest == (concurrency or agents)
+
+
+async def test_a_disabled_collector_stays_disabled() -> None:
     gc.disable()
     try:
         options = SimOptions(agents=3, tools=1)
@@ -174,9 +227,30 @@ def test_the_verb_leaves_its_dead_agents_out_of_the_exit_collection(
         code = main(["simulate", "--agents", "4", "--tools", "1", "--store", "memory:"])
         assert code == 0
         assert "4 / 4" in capsys.readouterr().out
+        assert gc.isenabled()  # restored after the run
         # the run's agents are cycles: frozen, the collection at exit would not walk them
         assert gc.get_freeze_count() > 0
         assert gc.collect() == 0
+        gc.unfreeze()
+        assert gc.collect() > 0  # they were garbage, left to the process's exit
     finally:
         gc.unfreeze()
         gc.collect()
+
+
+def test_the_concurrency_option(tmp_path: Path) -> None:
+    done = cli("simulate", "--agents", "6", "--store", "memory:", "--json", "a.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "a.json").read_text())["concurrency"] == DEFAULT_CONCURRENCY
+    assert "every agent in a turn at once" in done.stdout
+    done = cli(
+        "simulate", "--agents", "6", "--concurrency", "2", "--store", "memory:", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert "at most 2 agents in a turn at once" in done.stdout
+    assert "6 / 6" in done.stdout
+    bad = cli(
+        "simulate", "--agents", "6", "--concurrency", "-1", "--store", "memory:", cwd=tmp_path
+    )
+    assert bad.returncode == 2
+    assert "--concurrency" in bad.stderr

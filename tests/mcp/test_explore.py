@@ -30,6 +30,6 @@ def mcp_model() -> dict[str, ScriptedModel]:
 def test_every_checkpoint_of_an_mcp_turn_is_well_formed() -> None:
     report = explore_cancellation(mcp_turn, providers=mcp_model, seed=1)
     assert report.failures == []
-    assert report.checkpoints >= 16
+    assert report.checkpoints >= 12  # memory store: flushes commit inline, no writer wake-up
     assert report.runs == report.checkpoints
     assert report.sites >= 2

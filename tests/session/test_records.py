@@ -7,8 +7,10 @@ import trio
 
 from dsh_agent_loop import MemoryStore, Reply, ScriptedModel, open_runtime
 from dsh_agent_loop._frozen import FrozenDict, thaw
+from dsh_agent_loop.events import event_to_json
 from dsh_agent_loop.llm.base import Usage
 from dsh_agent_loop.session.records import (
+    PAYLOAD_RECORDS_MAX,
     SHARED_POSITIONS,
     STREAM_RECORDS_MAX,
     USAGE_RECORDS_MAX,
@@ -161,3 +163,100 @@ def test_the_response_field_keeps_what_the_provider_reported() -> None:
     data = assistant_message_data(1, 2, (), stream, usage, response)
     assert list(data) == ["turn", "step", "message", "stream", "usage", "response"]
     assert data["response"] is response
+
+
+def test_payloads_of_the_shared_types_are_one_object_when_their_json_is_equal() -> None:
+    cache = RecordCache()
+    first = cache.payload("turn/end", FrozenDict(turn=1, reason=FrozenDict(kind="completed")))
+    again = FrozenDict(turn=1, reason=FrozenDict(kind="completed"))
+    assert again is not first
+    assert cache.payload("turn/end", again) is first
+    other_turn = FrozenDict(turn=2, reason=FrozenDict(kind="completed"))
+    assert cache.payload("turn/end", other_turn) is other_turn
+    for event_type in ("request/header", "request/context", "system/message"):
+        built = [FrozenDict(kind=event_type, config=FrozenDict(model="m")) for _ in range(2)]
+        assert cache.payload(event_type, built[0]) is built[0]
+        assert cache.payload(event_type, built[1]) is built[0]
+
+
+def test_equal_payloads_with_other_json_are_not_shared() -> None:
+    """``1``, ``1.0`` and ``true`` are equal in Python; a log must keep what was written."""
+    cache = RecordCache()
+    written = [
+        FrozenDict(provider="p", model="m", context_window=value) for value in (1, 1.0, True)
+    ]
+    written.append(FrozenDict(model="m", provider="p", context_window=1))  # key order
+    assert all(data == written[0] for data in written)  # all equal as mappings
+    kept = [cache.payload("request/context", data) for data in written]
+    assert all(k is w for k, w in zip(kept, written, strict=True))
+    assert [type(k["context_window"]) for k in kept] == [int, float, bool, int]
+    assert [list(k) for k in kept][-1] == ["model", "provider", "context_window"]
+
+
+def test_other_payloads_and_inserting_splices_are_not_shared() -> None:
+    cache = RecordCache()
+    message = FrozenDict(message=FrozenDict(role="user", content=()))
+    for _ in range(2):
+        fresh = FrozenDict(message=FrozenDict(role="user", content=()))
+        assert cache.payload("user/message", fresh) is fresh
+    inserting = [
+        FrozenDict(target="next-turn", start=0, removed_count=0, inserted=(message,))
+        for _ in range(2)
+    ]
+    assert cache.payload("agent/inbox/spliced", inserting[1]) is inserting[1]
+    assert cache.payload("agent/inbox/spliced", inserting[0]) is inserting[0]
+    claiming = [
+        FrozenDict(target="next-turn", start=0, removed_count=1, inserted=()) for _ in range(2)
+    ]
+    assert cache.payload("agent/inbox/spliced", claiming[0]) is claiming[0]
+    assert cache.payload("agent/inbox/spliced", claiming[1]) is claiming[0]
+    assert len(cache) == 1
+
+
+def test_shared_payloads_are_bounded() -> None:
+    cache = RecordCache()
+    for turn in range(PAYLOAD_RECORDS_MAX + 10):
+        cache.payload("turn/end", FrozenDict(turn=turn, reason=FrozenDict(kind="completed")))
+    assert len(cache) <= PAYLOAD_RECORDS_MAX
+    first = cache.payload("turn/end", FrozenDict(turn=-1, reason=FrozenDict(kind="aborted")))
+    again = FrozenDict(turn=-1, reason=FrozenDict(kind="aborted"))
+    assert cache.payload("turn/end", again) is first  # still shared after starting over
+
+
+async def test_agents_of_one_runtime_write_alike_payloads_once_and_store_them_as_built() -> None:
+    shared_types = ("turn/end", "request/header", "request/context", "agent/inbox/spliced")
+    model = ScriptedModel([Reply.text("hi")], loop=True)
+    store = MemoryStore()
+    async with open_runtime(store=store, providers={"scripted": model}) as rt:
+        a = await rt.agents.create(options=OPTIONS)
+        b = await rt.agents.create(options=attrs.evolve(OPTIONS, id="other"))
+        for handle in (a, b):
+            handle.agent.followup("go")
+            await handle.agent.wait_idle()
+        logs = [h.agent.session.events for h in (a, b)]
+        ids = [h.session_id for h in (a, b)]
+    for event_type in shared_types:
+        data = [[e.data for e in log if e.type == event_type][-1] for log in logs]
+        assert data[0] is data[1], event_type
+    inserts = [next(e.data for e in log if e.type == "agent/inbox/spliced") for log in logs]
+    assert inserts[0] is not inserts[1]  # each inserts its own message
+    for session_id, log in zip(ids, logs, strict=True):
+        reader = await store.open(session_id)
+        stored = await reader.read()
+        await reader.close()
+        assert [event_to_json(e) for e in stored] == [event_to_json(e) for e in log]
+        assert [thaw(e.data) for e in log if e.type == "turn/end"] == [
+            {"turn": 1, "reason": {"kind": "completed"}}
+        ]
+
+
+def test_payloads_holding_null_are_not_shared() -> None:
+    """The key writes None, NaN and the infinities alike (``null``); the log does not."""
+    cache = RecordCache()
+    nan = FrozenDict(provider="p", model="m", temperature=float("nan"))
+    none = FrozenDict(provider="p", model="m", temperature=None)
+    assert cache.payload("request/context", nan) is nan
+    assert cache.payload("request/context", none) is none
+    again = FrozenDict(provider="p", model="m", temperature=None)
+    assert cache.payload("request/context", again) is again
+    assert len(cache) == 0

@@ -462,3 +462,198 @@ async def test_a_writer_parked_in_a_cancelled_scope_ends_cleanly(autojump_clock)
         await writer.run()  # parks; the deadline cancels it while parked
     assert writer.stopped
     assert writer.failure is None
+
+
+# -- inline commits: a handle that commits without suspending (``commits_inline``) ----------
+
+
+class _InlineHandle:
+    """A MemoryStore handle that declares ``commits_inline``; notes the task of each commit."""
+
+    commits_inline = True
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.tasks: list[trio.lowlevel.Task] = []
+        self.fail: Exception | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def append(self, events: Any) -> None:
+        self.tasks.append(trio.lowlevel.current_task())
+        await self._inner.append(events)
+
+    async def flush(self) -> None:
+        if self.fail is not None:
+            raise self.fail
+        await self._inner.flush()
+
+
+class _InheritedInline(_InlineHandle):
+    """Inherits the declaration, but may suspend: committed by the writer task."""
+
+    async def flush(self) -> None:
+        await trio.lowlevel.checkpoint()
+        await super().flush()
+
+
+class _LyingInline(_InlineHandle):
+    """Declares ``commits_inline`` on its own class, then suspends."""
+
+    commits_inline = True
+
+    async def flush(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+async def _stored(writer: Any) -> list[int]:
+    return [e.seq for e in await writer.handle._inner.read()]
+
+
+async def test_a_flush_commits_inline_in_the_callers_task_while_the_writer_is_parked(
+    autojump_clock,
+):
+    from dsh_agent_loop._frozen import FrozenDict
+    from dsh_agent_loop.events import TURN_START
+
+    owner = _Owner()
+    handle, writer = await _writer_on(_InlineHandle, owner=owner)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        await trio.sleep(1)  # the writer is parked
+        writer.session.add(TURN_START, FrozenDict(turn=1))
+        writer.session.add(TURN_START, FrozenDict(turn=2))
+        await writer.flush()
+        assert handle.tasks == [trio.lowlevel.current_task()]  # not the writer's task
+        stats = writer.statistics()
+        assert (stats.commits, stats.events_committed, stats.committed_seq) == (1, 2, 1)
+        assert owner.committed == [0, 1]  # published before the flush returned
+        assert await _stored(writer) == [0, 1]
+        await writer.flush()  # nothing new: no commit
+        assert writer.statistics().commits == 1
+        await writer.aclose()
+    assert writer.stopped
+
+
+async def test_an_inherited_or_delegated_declaration_commits_in_the_writer_task(autojump_clock):
+    from dsh_agent_loop._frozen import FrozenDict
+    from dsh_agent_loop.events import TURN_START
+
+    for wrap in (_InheritedInline, lambda h: _Handle(_InlineHandle(h), FlakyStore())):
+        handle, writer = await _writer_on(wrap)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run)
+            await trio.sleep(1)
+            writer.session.add(TURN_START, FrozenDict(turn=1))
+            await writer.flush()
+            tasks = handle.tasks if isinstance(handle, _InlineHandle) else handle._inner.tasks
+            assert len(tasks) == 1
+            assert tasks[0] is not trio.lowlevel.current_task()  # the writer's task
+            assert writer.statistics().committed_seq == 0
+            await writer.aclose()
+        assert writer.failure is None
+
+
+async def test_an_inline_flush_stays_a_cancel_point_and_still_commits(autojump_clock):
+    from dsh_agent_loop._frozen import FrozenDict
+    from dsh_agent_loop.events import TURN_START
+
+    handle, writer = await _writer_on(_InlineHandle)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        await trio.sleep(1)
+        writer.session.add(TURN_START, FrozenDict(turn=1))
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await writer.flush()
+            pytest.fail("a cancelled flush returned")  # pragma: no cover
+        assert scope.cancelled_caught
+        assert writer.statistics().committed_seq == 0  # the commit was made all the same
+        assert handle.tasks == [trio.lowlevel.current_task()]
+        await writer.aclose()
+
+
+async def test_an_inline_commit_that_fails_fails_the_session_once(autojump_clock):
+    from dsh_agent_loop._frozen import FrozenDict
+    from dsh_agent_loop.events import TURN_START
+
+    owner = _Owner()
+    handle, writer = await _writer_on(_InlineHandle, owner=owner)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        await trio.sleep(1)
+        bug = OSError("disk gone")
+        handle.fail = bug
+        writer.session.add(TURN_START, FrozenDict(turn=1))
+        with pytest.raises(StoreError, match="OSError: disk gone") as raised:
+            await writer.flush()
+        assert raised.value.__cause__ is bug
+        writer.session.add(TURN_START, FrozenDict(turn=2))
+        with pytest.raises(StoreError) as again:
+            await writer.flush()
+        assert again.value is raised.value
+        assert len(owner.failures) == 1
+        assert owner.committed == []
+        await writer.aclose()
+    assert writer.statistics().failed
+
+
+async def test_a_declared_handle_that_suspends_fails_the_session(autojump_clock):
+    from dsh_agent_loop._frozen import FrozenDict
+    from dsh_agent_loop.events import TURN_START
+
+    _, writer = await _writer_on(_LyingInline)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        await trio.sleep(1)
+        writer.session.add(TURN_START, FrozenDict(turn=1))
+        with pytest.raises(StoreError, match="commits_inline suspended"):
+            await writer.flush()
+        await writer.aclose()
+    assert writer.statistics().committed_seq == -1
+
+
+async def test_a_raising_commit_callback_inline_fails_the_session_after_the_barrier(
+    autojump_clock,
+):
+    from dsh_agent_loop._frozen import FrozenDict
+    from dsh_agent_loop.events import TURN_START
+
+    def publish(batch: Any) -> None:
+        raise RuntimeError("publisher bug")
+
+    _, writer = await _writer_on(_InlineHandle, on_commit=publish)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        await trio.sleep(1)
+        writer.session.add(TURN_START, FrozenDict(turn=1))
+        await writer.flush()  # committed: the barrier is released before publishing
+        writer.session.add(TURN_START, FrozenDict(turn=2))
+        with pytest.raises(StoreError, match="RuntimeError: publisher bug"):
+            await writer.flush()
+        await writer.aclose()
+    assert writer.statistics().committed_seq == 0
+
+
+async def test_the_commit_timer_commits_inline_without_waking_the_writer(autojump_clock):
+    from dsh_agent_loop._frozen import FrozenDict
+    from dsh_agent_loop.events import TURN_START
+    from dsh_agent_loop.session.writer import CommitTimer
+
+    timer = CommitTimer()
+    handle, writer = await _writer_on(_InlineHandle, timer=timer)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(timer.run)
+        nursery.start_soon(writer.run)
+        await trio.sleep(1)
+        writer.session.add(TURN_START, FrozenDict(turn=1))
+        assert timer.statistics().waiting_writers == 1
+        await trio.sleep(COMMIT_DELAY * 3)
+        assert timer.statistics().waiting_writers == 0
+        assert writer.statistics().committed_seq == 0
+        assert len(handle.tasks) == 1
+        assert handle.tasks[0] is not trio.lowlevel.current_task()
+        assert handle.tasks[0].name.endswith("CommitTimer.run")  # not the writer's task
+        await writer.aclose()
+        nursery.cancel_scope.cancel()

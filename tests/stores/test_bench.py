@@ -1,4 +1,4 @@
-"""``scripts/bench/stores.py`` at toy sizes: the figures exist, are positive, the table renders."""
+"""``dsh_agent_loop.bench.stores`` at toy sizes: the figures exist and are positive; the table."""
 
 from __future__ import annotations
 
@@ -6,10 +6,8 @@ import json
 from functools import partial
 from pathlib import Path
 
-from dsh_agent_loop.cli._bench import load_script
+from dsh_agent_loop.bench import stores as bench
 from dsh_agent_loop.stores import SqliteStore
-
-bench = load_script("stores")  # scripts/bench/stores.py
 
 
 def test_append_throughput_and_its_raw_references(tmp_path: Path) -> None:

@@ -32,6 +32,19 @@ def test_a_retried_batch_skips_what_is_already_stored():
     assert list(new_suffix("s", 3, [ev(0), ev(1)], stored_at)) == []
 
 
+def test_a_single_event_is_new_only_at_the_next_seq():
+    def unread(seq: int) -> Event:
+        raise AssertionError("nothing stored needs reading")
+
+    batch = [ev(3)]
+    assert new_suffix("s", 3, batch, unread) is batch  # (the common case: no copy, no read)
+    assert list(new_suffix("s", 3, [ev(2)], stored_at)) == []  # a retry of a stored event
+    with pytest.raises(SequenceConflictError, match="different content already stored at seq 2"):
+        new_suffix("s", 3, [ev(2, "other")], stored_at)
+    with pytest.raises(SequenceConflictError, match="leaves a gap"):
+        new_suffix("s", 3, [ev(4)], unread)
+
+
 @pytest.mark.parametrize(
     ("batch", "message"),
     [

@@ -125,3 +125,16 @@ async def test_sessions_outlive_aclose():
     await handle.close()
     await store.aclose()
     assert [info.session_id for info in await store.list()] == ["s1"]
+
+
+async def test_close_in_a_cancelled_scope_still_stores_what_was_staged():
+    store = MemoryStore()
+    handle = await store.create(header("s1"))
+    await handle.append([ev(0), ev(1)])
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await handle.close()  # stores without yielding: a cancel cannot cut it short
+    reader = await store.open("s1")
+    assert [e.seq for e in await reader.read()] == [0, 1]
+    await reader.close()
+    assert store.statistics().events_committed == 2

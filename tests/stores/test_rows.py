@@ -1,4 +1,5 @@
-"""``stores/_rows.py``: the stored JSON is exactly ``event_to_json``'s, hashes and turn ends."""
+"""``stores/_rows.py``: the stored JSON is exactly ``event_to_json``'s, decoding is exactly
+``event_from_json``'s, hashes and turn ends."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dsh_agent_loop._frozen import FrozenDict, shape
 from dsh_agent_loop.events import Event, event_from_json, event_to_json
-from dsh_agent_loop.stores._rows import event_json, event_sha256, last_turn_end
+from dsh_agent_loop.stores._rows import decode_event, event_json, event_sha256, last_turn_end
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -65,3 +67,130 @@ def test_sha256_and_last_turn_end() -> None:
     assert json.loads(last_turn_end(events) or "") == {"kind": "aborted", "cause": "user"}
     assert last_turn_end(events[1:2]) is None
     assert last_turn_end([]) is None
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal, and of the same types all the way down (``1 == 1.0`` and ``() == ()`` are not)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, FrozenDict):
+        assert isinstance(b, FrozenDict)
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, tuple):
+        assert isinstance(b, tuple)
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, Event):
+        return all(_same(getattr(a, f), getattr(b, f)) for f in a.__struct_fields__)
+    if isinstance(a, float) and a != a:
+        return b != b
+    return a == b
+
+
+def _decodes_like_event_from_json(text: str | bytes) -> None:
+    wanted: Event | ValueError
+    try:
+        wanted = event_from_json(text)
+    except ValueError as exc:
+        wanted = exc
+    if isinstance(wanted, Event):
+        assert _same(decode_event(text), wanted)
+        return
+    with pytest.raises(type(wanted)) as caught:
+        decode_event(text)
+    assert str(caught.value) == str(wanted)
+
+
+@given(
+    type_=st.sampled_from(["user/message", "tool/result", "x/ignorable"]),
+    seq=st.integers(0, 2**70),
+    time=st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(2**60), 2**60),
+    data=st.dictionaries(st.text(), json_values, max_size=5),
+    ignorable=st.booleans(),
+    cites=st.none() | st.lists(st.integers(0, 100), max_size=3).map(tuple),
+    surface_op=st.none() | st.just("append") | json_values,
+)
+def test_decode_event_is_event_from_json(
+    type_: str,
+    seq: int,
+    time: float,
+    data: dict[str, object],
+    ignorable: bool,
+    cites: tuple[int, ...] | None,
+    surface_op: object,
+) -> None:
+    event = Event(
+        type_,
+        seq,
+        time,
+        data,
+        ignorable=ignorable,
+        surface_op=surface_op,
+        source_event_seqs=cites,
+    )
+    text = event_json(event)
+    _decodes_like_event_from_json(text)
+    assert _same(decode_event(text), event_from_json(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # what msgspec refuses and json takes: NaN, infinities, escaped lone surrogates
+        '{"type":"t","seq":0,"time":NaN,"data":{"x":Infinity,"y":-Infinity}}',
+        '{"type":"t","seq":0,"time":1e400,"data":{}}',
+        '{"type":"t","seq":0,"time":0,"data":{"s":"\\ud800","pair":"\\udc00\\ud800"}}',
+        '{"type":"t","seq":0,"time":0,"data":{"s":"\ud800"}}',  # a raw lone surrogate
+        # not plain events: each decodes, or fails, as event_from_json has it
+        '{"type":"t","seq":0,"time":0}',
+        '{"type":5,"seq":0,"time":0,"data":{}}',
+        '{"seq":0,"time":0,"data":{}}',
+        '{"type":"t","seq":0,"time":"1.5","data":{}}',
+        '{"type":"t","seq":0,"time":"soon","data":{}}',
+        '{"type":"t","seq":0,"time":[],"data":{}}',
+        '{"type":"t","seq":0,"time":0,"data":[1]}',
+        '{"type":"t","seq":0,"time":0,"data":{},"source_event_seqs":3}',
+        '{"type":"t","seq":0,"time":0,"data":{},"source_event_seqs":"ab"}',
+        '{"type":"t","seq":"x","time":0,"data":{},"ignorable":1,"surface_op":"append"}',
+        '{"type":"t","seq":0,"time":0,"data":{},"surface_op":{"op":"replace","end_seq":[2]}}',
+        '{"type":"t","seq":0,"time":0,"data":{"a":1,"a":{"b":[]}}}',  # duplicate keys
+        "[1, 2]",
+        '"event"',
+        '{"type":"t","seq":0,"time":0,"data":{}} trailing',
+        '{"type":"t",',
+        "",
+    ],
+)
+def test_decode_event_edge_cases(text: str) -> None:
+    _decodes_like_event_from_json(text)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"type":"t","seq":0,"time":0,"data":{"s":"héllo ✓"}}'.encode(),
+        '{"type":"t","seq":0,"time":0,"data":{"s":"héllo"}}'.encode("utf-16"),
+        b'{"type":"t","seq":0,"time":0,"data":{"s":"\xff"}}',  # not UTF-8
+        b'{"type":"t","seq":0,"time":0,"data":{"s":"\xed\xa0\x80"}}',  # an encoded surrogate
+    ],
+)
+def test_decode_event_takes_bytes_as_event_from_json_does(line: bytes) -> None:
+    _decodes_like_event_from_json(line)
+
+
+def test_decoded_mappings_share_their_shapes() -> None:
+    text = '{"type":"t","seq":0,"time":0,"data":{"message":{"role":"user","content":[{"a":1}]}}}'
+    data = decode_event(text).data
+    assert data._k is shape(("message",))
+    assert data["message"]._k is shape(("role", "content"))
+    assert type(data["message"]["content"]) is tuple
+
+
+def test_plain_events_do_not_take_the_reference_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = event_json(Event("tool/result", 3, 2.5, {"r": [1, {"k": None}]}, source_event_seqs=[2]))
+    wanted = event_from_json(text)
+
+    def refuse(text: str) -> Event:
+        raise AssertionError("took the slow path")
+
+    monkeypatch.setattr("dsh_agent_loop.stores._rows.event_from_json", refuse)
+    assert _same(decode_event(text), wanted)

@@ -68,9 +68,10 @@ def retry_model():
 @pytest.mark.parametrize(
     ("name", "providers", "tools", "min_k"),
     [
-        ("text", text_model, (), 8),
-        ("tools", tools_model, (set_note, weather), 16),
-        ("retry", retry_model, (), 7),
+        # (on the memory store a flush commits in the flushing task: no writer wake-up pause)
+        ("text", text_model, (), 7),
+        ("tools", tools_model, (set_note, weather), 15),
+        ("retry", retry_model, (), 6),
     ],
 )
 def test_every_checkpoint_is_well_formed(name, providers, tools, min_k, capsys):
@@ -236,7 +237,7 @@ async def test_works_from_an_async_test():
     blocking = explore_cancellation(one_prompt, providers=text_model, seed=1)
     awaited = await explore_cancellation_async(one_prompt, providers=text_model, seed=1)
     assert blocking.failures == awaited.failures == []
-    assert blocking.checkpoints == awaited.checkpoints >= 8
+    assert blocking.checkpoints == awaited.checkpoints >= 7
     assert awaited.runs == awaited.checkpoints
 
 
@@ -270,4 +271,4 @@ def test_shields_and_inner_timeouts_are_not_swallowing(correct):
         one_prompt, providers=one_tool_model(correct.name), tools=(correct,)
     )
     assert report.failures == []
-    assert report.runs == report.checkpoints > 5
+    assert report.runs == report.checkpoints > 3

@@ -23,7 +23,8 @@ cannot break what they observe: a raising observer is logged and ignored. The on
 from __future__ import annotations
 
 import builtins
-import uuid
+import os
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
@@ -67,6 +68,47 @@ Setup = Callable[[AgentScope, Agent], Awaitable[None]]
 
 _SHARED_RECORDS = 256  # distinct header option records kept for sharing
 
+#: The name of every agent's task (what trio would derive from ``Agents._run_agent``, given).
+_AGENT_TASK = f"{__name__}.Agents._run_agent"
+
+# ``session/end-seed`` payloads, the same objects for every session (frozen: nothing can change)
+_SEED_DATA = FrozenDict()
+_INHERITED_SEED_DATA = FrozenDict(inherited=True)
+
+
+def _uuid4_text() -> str:
+    """``str(uuid.uuid4())`` from the same 16 random bytes, without building a ``UUID``.
+
+    The version nibble is ``4`` and the variant nibble one of ``8 9 a b`` (RFC 9562), as
+    ``uuid4`` sets them; the other 122 bits are ``os.urandom``'s.
+    """
+    h = os.urandom(16).hex()
+    variant = "89ab"[int(h[16], 16) & 3]
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{variant}{h[17:20]}-{h[20:]}"
+
+
+@final
+class _Stamps:
+    """``created_at`` texts (UTC, milliseconds), made once per millisecond.
+
+    Formatting a ``datetime`` costs more than the rest of a header; agents created in a burst
+    share the text of their millisecond.
+    """
+
+    __slots__ = ("_ms", "_text")
+
+    def __init__(self) -> None:
+        self._ms = -1
+        self._text = ""
+
+    def now(self) -> str:
+        """``datetime.now(UTC).isoformat(timespec="milliseconds")``."""
+        ms = int(time.time() * 1000)
+        if ms != self._ms:
+            self._ms = ms
+            self._text = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+        return self._text
+
 
 @final
 class Agents:
@@ -101,10 +143,17 @@ class Agents:
         self._initiator = initiator
         self._timer = timer
         # The registries are shared with views made by with_initiator().
-        self._shared = (
+        self._shared: dict[str, Any] = (
             shared
             if shared is not None
-            else {"agents": {}, "sessions": {}, "reserved": set(), "running": set(), "records": {}}
+            else {
+                "agents": {},
+                "sessions": {},
+                "reserved": set(),
+                "running": set(),
+                "records": {},
+                "stamps": _Stamps(),
+            }
         )
 
     @property
@@ -186,10 +235,15 @@ class Agents:
         frozen = self._new_header(session_id, options, parent)
         with self._reserve(options.id):
             handle = await self._store.create(frozen, inherited_events=inherited_events)
-            seed_data = FrozenDict(inherited=True) if inherited_events else FrozenDict()
+            seed_data = _INHERITED_SEED_DATA if inherited_events else _SEED_DATA
 
             def build() -> tuple[Session, int]:
-                session = Session(frozen, clock=self._services.clock, events=inherited_events)
+                session = Session(
+                    frozen,
+                    clock=self._services.clock,
+                    events=inherited_events,
+                    records=self._services.records,
+                )
                 session.add(SESSION_END_SEED, seed_data)
                 return session, -1
 
@@ -203,11 +257,11 @@ class Agents:
         forked_from: FrozenDict | None = None,
     ) -> FrozenDict:
         """One frozen header, shared by the store's record and the session."""
-        sid = session_id or f"{options.id}-session-{uuid.uuid4()}"
+        sid = session_id or f"{options.id}-session-{_uuid4_text()}"
         header: dict[str, Any] = {
             "session_id": sid,
             "agent_id": options.id,
-            "created_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "created_at": self._shared["stamps"].now(),
             "format_version": FORMAT_VERSION,
         }
         if options.cwd is not None:
@@ -268,8 +322,13 @@ class Agents:
             handle = await self._store.create(frozen, inherited_events=inherited)
 
             def build() -> tuple[Session, int]:
-                session = Session(frozen, clock=self._services.clock, events=inherited)
-                seed = session.add(SESSION_END_SEED, FrozenDict(inherited=True))
+                session = Session(
+                    frozen,
+                    clock=self._services.clock,
+                    events=inherited,
+                    records=self._services.records,
+                )
+                seed = session.add(SESSION_END_SEED, _INHERITED_SEED_DATA)
                 closers = fork_closers([*inherited, seed], self._services.clock())
                 if closers:
                     session.append(*closers)
@@ -335,11 +394,16 @@ class Agents:
             raise
 
         def build() -> tuple[Session, int]:
-            session = Session(handle.header, clock=self._services.clock, events=stored)
+            session = Session(
+                handle.header,
+                clock=self._services.clock,
+                events=stored,
+                records=self._services.records,
+            )
             closers = repair_events(stored, self._services.clock())
             if closers:
                 session.append(*closers)
-            session.add(SESSION_END_SEED, FrozenDict())
+            session.add(SESSION_END_SEED, _SEED_DATA)
             return session, len(stored) - 1
 
         with reservation:
@@ -418,7 +482,7 @@ class Agents:
         # start_soon, not start: the agent is driven by level-triggered flags, so nothing has to
         # wait for its task to be running, and a started-handshake would keep a temporary
         # nursery's cancel status alive per agent (thousands of agents live in one process).
-        self._nursery.start_soon(self._run_agent, entered)
+        self._nursery.start_soon(self._run_agent, entered, name=_AGENT_TASK)
         return entered
 
     async def _run_agent(self, handle: AgentHandle) -> None:

@@ -113,6 +113,24 @@ class _Call:
 class ToolBatch:
     """The tool calls of one assistant message, from admission to committed results."""
 
+    __slots__ = (
+        "_agent",
+        "_approval",
+        "_calls",
+        "_head",
+        "_hooks",
+        "_key_tails",
+        "_key_wait",
+        "_limiter",
+        "_session",
+        "_step",
+        "_to_start",
+        "_tools",
+        "_turn",
+        "concludes_turn",
+        "deferred",
+    )
+
     def __init__(
         self,
         agent: Agent,
@@ -131,8 +149,9 @@ class ToolBatch:
         self._limiter: trio.CapacityLimiter | None = None
         self._head = 0
         self._to_start: list[_Call] = []
-        self._key_tails: dict[Any, trio.Event] = {}
-        self._key_wait: dict[int, trio.Event] = {}
+        # made on the first call with a concurrency key (one batch per step: most have none)
+        self._key_tails: dict[Any, trio.Event] | None = None
+        self._key_wait: dict[int, trio.Event] | None = None
         self.concludes_turn = False
         """True when a committed result asked to end the turn."""
         self.deferred: tuple[str, ...] = ()
@@ -293,6 +312,9 @@ class ToolBatch:
         ):
             key = call.tool.concurrency_key(call.arguments)
             if key is not None:
+                if self._key_tails is None:
+                    self._key_tails, self._key_wait = {}, {}
+                assert self._key_wait is not None
                 previous = self._key_tails.get(key)
                 call.done = trio.Event()  # the next call with this key waits for it
                 self._key_tails[key] = call.done
@@ -304,7 +326,8 @@ class ToolBatch:
         result: ToolResult | str | None = None
         error_name: str | None = None
         try:
-            previous = self._key_wait.pop(id(call), None) if self._key_wait else None
+            key_wait = self._key_wait
+            previous = key_wait.pop(id(call), None) if key_wait else None
             if previous is not None:
                 await previous.wait()
             call.started = True

@@ -200,6 +200,13 @@ def _add_simulate(verbs: Any, common: argparse.ArgumentParser) -> None:
         metavar="MS",
         help="model latency per streamed chunk",
     )
+    sim.add_argument(
+        "--concurrency",
+        type=_non_negative_int,
+        default=256,
+        metavar="N",
+        help="agents running a turn at the same time (default 256; 0: every agent at once)",
+    )
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
     _add_tool_option(sim)
@@ -357,14 +364,17 @@ def _simulate_verb(args: argparse.Namespace) -> int:
         tools=args.tools,
         latency_ms=args.latency_ms,
         seed=args.seed,
+        concurrency=args.concurrency,
     )
-    summary = trio.run(
-        lambda: run_simulation(options, store, url, settings, console, config=config, tools=tools)
-    )
+    with skip_exit_collection():
+        summary = trio.run(
+            lambda: run_simulation(
+                options, store, url, settings, console, config=config, tools=tools
+            )
+        )
     print_summary(summary, console)
     if args.json is not None:
         write_json(summary, args.json)
-    skip_exit_collection()
     return exit_code(summary)
 
 

@@ -1,9 +1,8 @@
 """``dsh-agent bench``: run the benchmarks and print one table.
 
-The loop and store benchmarks ship with the source tree (``scripts/bench/``), not with the
-package: ``dsh-agent bench`` runs them from the checkout the package was installed from (an
-editable install), else from ``scripts/bench`` under the current directory, else from
-``$DSH_AGENT_BENCH_DIR``; on a plain install it says where they are and exits 2.
+The benchmarks ship with the package (``dsh_agent_loop.bench``; the SSE one is
+``dsh_agent_loop.llm._bench_sse``), so ``dsh-agent bench`` runs on any install, from any
+directory. Each is imported only when the verb runs (``importlib``), never at package import.
 
 Each row sets a figure of ours beside its pure-trio (or bare-JSON, or plain ``sqlite3``)
 reference measured in the same run. The ratio column reads the way the row's target is stated:
@@ -18,26 +17,20 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-import sys
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
-from types import ModuleType
 from typing import Any, Final, final
 
 import attrs
 from rich.console import Console
 from rich.table import Table
 
-from ._setup import EXIT_FAILED, EXIT_OK, CliError
+from ._setup import EXIT_FAILED, EXIT_OK
 
 __all__ = [
     "Row",
     "bench",
     "bench_rows",
-    "bench_scripts",
     "json_record",
-    "load_script",
     "missed",
     "print_table",
     "ratio_text",
@@ -211,7 +204,7 @@ def _store_rows(result: Mapping[str, Any], targets: Mapping[str, float]) -> Iter
 
 
 def _compaction_rows(result: Mapping[str, Any], targets: Mapping[str, float]) -> Iterator[Row]:
-    """``scripts/bench/compaction.py``: one compaction's own cost, and the check per step."""
+    """``dsh_agent_loop.bench.compaction``: one compaction's own cost, and the check per step."""
     ms = result["compact_ms_best"]
     n = int(result["messages"])
     yield Row(
@@ -230,7 +223,7 @@ def _compaction_rows(result: Mapping[str, Any], targets: Mapping[str, float]) ->
 
 
 def _scale_rows(result: Mapping[str, Any], targets: Mapping[str, float]) -> Iterator[Row]:
-    """``scripts/bench/scale.py``: steps/s and GC share per agent count, and the growth."""
+    """``dsh_agent_loop.bench.scale``: steps/s and GC share per agent count, and the growth."""
     for entry in result.get("sizes", ()):
         n, ours, ref = entry["agents"], entry["ours"], entry["ref"]
         key = "scale_share" if n in SCALE_SHARE_SIZES else "scale_rate"
@@ -260,55 +253,6 @@ def _scale_rows(result: Mapping[str, Any], targets: Mapping[str, float]) -> Iter
         )
 
 
-#: Overrides where the benchmark scripts are looked for.
-BENCH_DIR_ENV: Final = "DSH_AGENT_BENCH_DIR"
-#: Where they are, relative to a source checkout.
-SCRIPTS: Final = Path("scripts", "bench")
-
-
-def bench_scripts() -> Path | None:
-    """The directory holding the benchmark scripts, or None (a plain install has none).
-
-    ``$DSH_AGENT_BENCH_DIR`` when set; else the source checkout this package runs from (an
-    editable install: ``src/dsh_agent_loop`` sits two levels below the checkout); else
-    ``scripts/bench`` under the current directory.
-    """
-    override = os.environ.get(BENCH_DIR_ENV)
-    if override:
-        candidates = [Path(override)]
-    else:
-        checkout = Path(__file__).resolve().parents[3]
-        candidates = [checkout / SCRIPTS, Path.cwd() / SCRIPTS]
-    for directory in candidates:
-        if (directory / "loop.py").is_file():
-            return directory.resolve()
-    return None
-
-
-def load_script(name: str) -> ModuleType:
-    """Import the benchmark script ``name`` (``loop``, ``stores``) from ``bench_scripts()``.
-
-    The scripts import each other as top-level modules, as they do when run directly.
-
-    Raises:
-        CliError: no benchmark scripts here (a plain install), or ``name`` is not one of them.
-    """
-    directory = bench_scripts()
-    if directory is None:
-        raise CliError(
-            "dsh-agent bench: the benchmarks ship with the source tree (scripts/bench/), not"
-            " with the package; run it in a checkout of dsh-agent-loop, or set"
-            f" {BENCH_DIR_ENV} to its scripts/bench directory"
-        )
-    if str(directory) not in sys.path:
-        sys.path.insert(0, str(directory))
-    module = importlib.import_module(name)
-    origin = Path(module.__file__ or "").resolve()
-    if origin.parent != directory:
-        raise CliError(f"dsh-agent bench: {name!r} resolves to {origin}, not to {directory}")
-    return module
-
-
 @attrs.frozen
 class _Bench:
     name: str
@@ -318,24 +262,43 @@ class _Bench:
     quick_kwargs: Mapping[str, Any] | None
     """Arguments for ``--quick`` (None: not run with ``--quick``)."""
     full_kwargs: Mapping[str, Any]
-    script: bool = True
-    """A script of ``scripts/bench`` (else a module of the package)."""
 
 
 #: The benchmarks ``dsh-agent bench`` knows how to tabulate, in order.
 BENCHMARKS: Final = (
-    _Bench("loop", "loop", "run_loop_bench", _loop_rows, {"quick": True}, {"quick": False}),
-    _Bench("stores", "stores", "run_store_bench", _store_rows, {"quick": True}, {"quick": False}),
+    _Bench(
+        "loop",
+        "dsh_agent_loop.bench.loop",
+        "run_loop_bench",
+        _loop_rows,
+        {"quick": True},
+        {"quick": False},
+    ),
+    _Bench(
+        "stores",
+        "dsh_agent_loop.bench.stores",
+        "run_store_bench",
+        _store_rows,
+        {"quick": True},
+        {"quick": False},
+    ),
     _Bench(
         "compaction",
-        "compaction",
+        "dsh_agent_loop.bench.compaction",
         "run_compaction_bench",
         _compaction_rows,
         {"quick": True},
         {"quick": False},
     ),
     # Minutes, in child processes: only without --quick.
-    _Bench("scale", "scale", "run_scale_bench", _scale_rows, None, {"quick": False}),
+    _Bench(
+        "scale",
+        "dsh_agent_loop.bench.scale",
+        "run_scale_bench",
+        _scale_rows,
+        None,
+        {"quick": False},
+    ),
     _Bench(
         "sse",
         "dsh_agent_loop.llm._bench_sse",
@@ -343,7 +306,6 @@ BENCHMARKS: Final = (
         _sse_rows,
         {"n_chunks": 20_000},
         {},
-        script=False,
     ),
 )
 
@@ -364,21 +326,15 @@ def missed(rows: list[Row]) -> list[Row]:
 
 
 def run_benchmarks(quick: bool) -> tuple[dict[str, Any], list[Row]]:
-    """Run every benchmark; returns (raw results by name, table rows).
-
-    Raises:
-        CliError: the benchmark scripts are not here (a plain install).
-    """
+    """Run every benchmark (``quick``: those with quick settings); returns (results, rows)."""
     results: dict[str, Any] = {}
     targets: dict[str, float] = {}
     for bench in BENCHMARKS:
-        module = (
-            load_script(bench.module) if bench.script else importlib.import_module(bench.module)
-        )
-        run = getattr(module, bench.function)
         kwargs = bench.quick_kwargs if quick else bench.full_kwargs
         if kwargs is None:
             continue
+        module = importlib.import_module(bench.module)
+        run = getattr(module, bench.function)
         results[bench.name] = run(**kwargs)
         targets.update(getattr(module, "TARGETS", {}))
     return results, tabulate(results, targets)

@@ -1,11 +1,18 @@
 """``dsh-agent simulate``: many agents against a seeded scripted model, on a real store.
 
-Agents ``sim-0 … sim-<N-1>`` are created one after another on default session ids, then every
-agent is given all its prompts at once (one queued prompt per turn) and the verb waits until
-all are idle. Each turn is ``--tools`` steps that call the built-in ``sim_tool`` and a final
-text step. Replies are a pure function of ``(seed, prompt, step)``, never of scheduling, so a
-seeded run repeats everything but session ids and times. The progress bar counts turns as they
-reach ``agent/turn-stopping`` (a completed turn, just before its ``turn/end``).
+Agents ``sim-0 … sim-<N-1>`` are created one after another on default session ids, then they are
+prompted: at most ``--concurrency`` agents run their turns at the same time (each is given all its
+prompts at once, one queued prompt per turn, and the next agent is prompted when one goes idle;
+``--concurrency 0`` prompts every agent at once). All agents stay alive until every one is idle.
+Each turn is ``--tools`` steps that call the built-in ``sim_tool`` and a final text step.
+Replies are a pure function of ``(seed, prompt, step)``, never of scheduling, so a seeded run
+repeats everything but session ids and times. The progress bar counts turns as they reach
+``agent/turn-stopping`` (a completed turn, just before its ``turn/end``).
+
+Bounding the agents in a turn bounds what the run holds at once besides the agents themselves:
+the frames, requests and stream state of a turn in progress. With every agent mid-turn at once,
+those temporaries (several KB an agent) all exist together, and the allocator keeps their space
+once they are gone: at 100,000 agents that is about a quarter of the peak RSS.
 
 With ``--config`` the runtime is opened on that config minus its agents and providers: the
 simulated agents use its store, settings (``maxParallelToolCalls``, ``persona``, ``turnBudget``)
@@ -17,9 +24,9 @@ runtime has closed, every session is read back from the store and checked with
 ``invariants.check``. Step latency is ``step/end.time - step/start.time`` from the stored log.
 
 The verb is an application, so it sets a garbage-collector policy for its own run (the library
-sets none; ``docs/scale.md``): a higher young-generation threshold for the whole run, the
-collector paused from the first agent's creation until the runtime has closed, the agents frozen
-with ``Runtime.gc_freeze()`` once they all exist; everything is restored afterwards.
+sets none; ``docs/scale.md``): the collector is paused from the first agent's creation until
+every log has been read back and checked, and restored afterwards. Everything the run builds
+lives until its end, so a collection during it could only walk live objects.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from rich.progress import (
 from rich.table import Table
 
 from .. import invariants
+from ..agent.handle import AgentHandle
 from ..agent.options import AgentOptions
 from ..config import RuntimeConfig
 from ..events import HOOK_TURN_STOPPING, STEP_END, STEP_START, TURN_END, Event
@@ -76,8 +84,8 @@ SIM_PROVIDER: Final = "sim"
 _VOCABULARY: Final = ("append", "cancel", "commit", "event", "flush", "inbox", "turn", "step")
 #: Words in a simulated text reply.
 REPLY_WORDS: Final = 8
-#: Young-generation GC threshold while the simulation runs (see ``_fewer_collections``).
-GC_THRESHOLD: Final = 50_000
+#: Agents running a turn at the same time unless ``--concurrency`` says otherwise.
+DEFAULT_CONCURRENCY: Final = 256
 #: Seconds between progress redraws.
 REFRESH_INTERVAL: Final = 0.1
 
@@ -98,6 +106,8 @@ class SimOptions:
     tools: int = 1
     latency_ms: float = 0.0
     seed: int = 0
+    concurrency: int = DEFAULT_CONCURRENCY
+    """Agents running a turn at the same time (0: every agent at once)."""
 
 
 @final
@@ -118,14 +128,15 @@ class SimScript:
     def reply(self, request: ModelRequest) -> Reply:
         """The reply to ``request``, decided by the turn's prompt and the step within it."""
         step = 0
-        prompt = ""
-        for message in reversed(request.messages):
-            role = message.get("role")
+        last_user: Mapping[str, Any] | None = None
+        for message in request.messages:  # a few messages: forwards is cheaper than reversed()
+            role = message["role"]
             if role == "assistant":
                 step += 1
             elif role == "user":
-                prompt = message_text(message)
-                break
+                last_user = message
+                step = 0
+        prompt = message_text(last_user) if last_user is not None else ""
         digest = hashlib.blake2b(f"{self.seed}|{prompt}|{step}".encode(), digest_size=16).digest()
         if step < self.tools:
             n = int.from_bytes(digest[:4], "little") % 1000
@@ -167,6 +178,8 @@ class SimSummary:
     seed: int
     tools: int
     latency_ms: float
+    concurrency: int = DEFAULT_CONCURRENCY
+    """Agents running a turn at the same time (0: every agent at once)."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON record."""
@@ -226,30 +239,14 @@ class _Tally:
 
 
 @contextmanager
-def _fewer_collections() -> Iterator[None]:
-    """Raise the young-generation GC threshold for the run, then restore it.
-
-    A simulation keeps hundreds of thousands of small, long-lived frozen events alive; with the
-    default threshold the collector keeps rescanning them, and full collections end up taking
-    about half of the run's CPU. Fewer young collections leave the measured loop to itself.
-    """
-    old = gc.get_threshold()
-    gc.set_threshold(max(old[0], GC_THRESHOLD), *old[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
-
-
-@contextmanager
 def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic collector from the first agent's creation until the runtime has closed.
+    """Pause the cyclic collector from the first agent's creation until the logs are checked.
 
-    The live part of a simulation is a batch job whose objects all live until its end: every
-    collection during it walks agents and events that are never garbage (at 50,000 agents a
-    quarter of the turns' wall time), and a full collection once the agents are idle finds the
-    few reference cycles a turn leaves (3 objects per agent, the same with or without the
-    pause). A collector the caller disabled stays disabled.
+    A simulation is a batch job whose objects all live until its end: every collection during
+    it walks agents that are never garbage (at 50,000 agents a quarter of the turns' wall time,
+    and a full collection of 100,000 idle agents takes seconds). A turn leaves about 3 objects
+    per agent in reference cycles whether the collector runs or not; they are left to the end of
+    the run, like the agents. A collector the caller disabled stays disabled.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -292,8 +289,8 @@ async def _refresh(counts: _Counts) -> None:
         await trio.sleep(REFRESH_INTERVAL)
 
 
-#: Sessions read back at once (SQLite runs concurrent reads several per worker hop).
-_READERS: Final = 16
+#: Sessions read back at once (SQLite takes up to 64 concurrent reads a worker hop).
+_READERS: Final = 64
 
 
 async def _read_back(store: SessionStore, session_ids: Sequence[str], counts: _Counts) -> _Tally:
@@ -358,13 +355,7 @@ async def _run_agents(
     config: RuntimeConfig | None = None,
     tools: Sequence[Tool] = (),
 ) -> _Run:
-    """Create the agents, prompt them all, wait until all are idle, close the runtime.
-
-    The collector is paused meanwhile (``_collector_paused``). Once all agents exist they are
-    frozen out of its sight (``Runtime.gc_freeze()``): they live until the runtime closes, so
-    the collection when the agents are idle, and any before the runtime has given them back,
-    need not walk them.
-    """
+    """Create the agents, run their turns, wait until all are idle, close the runtime."""
     model = ScriptedModel(
         [SimScript(options.seed, options.tools).reply],
         loop=True,
@@ -372,10 +363,8 @@ async def _run_agents(
         record=False,  # the simulation reads the sessions, not a request log
     )
 
-    gc.collect()
     rss_before = _rss_bytes()
-    with _collector_paused():
-        return await _live_run(options, store, settings, counts, model, config, tools, rss_before)
+    return await _live_run(options, store, settings, counts, model, config, tools, rss_before)
 
 
 async def _live_run(
@@ -409,22 +398,34 @@ async def _live_run(
             agent_options = AgentOptions(id=f"sim-{n}", provider=SIM_PROVIDER, model="sim")
             handles.append(await rt.agents.create(options=agent_options))
             done[_CREATING] += 1
-        rt.gc_freeze()
         create_s = time.perf_counter() - started
         started = time.perf_counter()
-        for n, handle in enumerate(handles):
-            for turn in range(1, options.turns + 1):
-                handle.agent.followup(f"sim-{n} turn {turn}")
-        for handle in handles:
-            await handle.agent.wait_idle()
+        await _run_turns(handles, options)
         wall_s = time.perf_counter() - started
-        gc.collect()  # the one collection of the live run (the collector is paused)
         mb_per_agent = (_rss_bytes() - rss_before) / options.agents / 1e6
         run = _Run([h.session_id for h in handles], create_s, wall_s, mb_per_agent)
         del handles
         closing = time.perf_counter()
     run.close_s = time.perf_counter() - closing
     return run
+
+
+async def _run_turns(handles: Sequence[AgentHandle], options: SimOptions) -> None:
+    """Prompt every agent, at most ``options.concurrency`` in a turn at once; wait until idle."""
+    turns = range(1, options.turns + 1)
+    pending = iter(enumerate(handles))
+
+    async def prompter() -> None:
+        for n, handle in pending:
+            agent = handle.agent
+            for turn in turns:
+                agent.followup(f"sim-{n} turn {turn}")
+            await agent.wait_idle()
+
+    width = options.concurrency or len(handles)
+    async with trio.open_nursery() as nursery:
+        for _ in range(min(width, len(handles))):
+            nursery.start_soon(prompter)
 
 
 async def run_simulation(
@@ -447,7 +448,7 @@ async def run_simulation(
             progress.add_task("checking logs", total=options.agents),
         ),
     )
-    with progress, _fewer_collections():
+    with progress, _collector_paused():
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_refresh, counts)
             run = await _run_agents(options, store, settings, counts, config, tools)
@@ -478,21 +479,32 @@ async def run_simulation(
         seed=options.seed,
         tools=options.tools,
         latency_ms=options.latency_ms,
+        concurrency=options.concurrency,
     )
 
 
-def skip_exit_collection() -> None:
-    """Spare the process that is about to exit its final collection of the dead agents.
+@contextmanager
+def skip_exit_collection() -> Iterator[None]:
+    """Keep the collector away from a finished run's dead agents, for a process about to exit.
 
     The agents of a run are reference cycles (agent, session, writer, handle) that hold their
-    events; after the runtime has closed they wait for the collector, and the interpreter's
-    exit collects them one by one: about 60 µs per agent, six seconds at 100,000 agents, to
-    give memory back that the process's exit gives back at once. ``gc.freeze()`` moves them
-    out of every collection, the one at exit included; nothing among them holds an open
-    resource (the runtime and the store are closed). Only for the CLI verb, just before it
-    returns: a process that goes on would keep the garbage.
+    events. Once the runtime has closed they wait for the collector: with the collector paused
+    for the run, everything the run allocated is still in the youngest generation, so the first
+    collection after it walks and frees all of it (about 90 µs per agent, nine seconds at
+    100,000 agents) to give back memory that the process's exit gives back at once. Inside this
+    context the collector stays paused; on the way out ``gc.freeze()`` moves what is left out of
+    every collection, the one at exit included, before the collector's state is restored.
+    Nothing frozen holds an open resource (the runtime and the store are closed). Only for the
+    CLI verb, around its run: a process that goes on would keep the garbage.
     """
-    gc.freeze()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 def print_summary(summary: SimSummary, console: Console) -> None:
@@ -518,7 +530,8 @@ def print_summary(summary: SimSummary, console: Console) -> None:
     console.print(
         f"agents created in {summary.create_s:.2f} s, runtime closed in {summary.close_s:.2f} s, "
         f"logs read back and checked in {summary.check_s:.2f} s; seed {summary.seed}, "
-        f"{summary.tools} tool steps per turn, {summary.latency_ms:g} ms per chunk",
+        f"{summary.tools} tool steps per turn, {summary.latency_ms:g} ms per chunk, "
+        f"{_width(summary)} in a turn at once",
         soft_wrap=True,
         highlight=False,
     )
@@ -527,6 +540,12 @@ def print_summary(summary: SimSummary, console: Console) -> None:
     if summary.turns_completed != summary.turns_total:
         ends = ", ".join(f"{kind} {count}" for kind, count in summary.turn_ends.items())
         console.print(f"not every turn completed: {ends}", soft_wrap=True, markup=False)
+
+
+def _width(summary: SimSummary) -> str:
+    if summary.concurrency and summary.concurrency < summary.agents:
+        return f"at most {summary.concurrency:,} agents"
+    return "every agent"
 
 
 def exit_code(summary: SimSummary) -> int:

@@ -68,6 +68,8 @@ class Reply:
     cut_tool_call: tuple[str, str] | None = None
     """max-tokens only: (name, partial arguments) of a call cut by the cap."""
     usage: Usage | None = None
+    _plan: _Plan | None = attrs.field(default=None, init=False, eq=False, repr=False)
+    """The reply's chunks, built on its first use (a ``Reply`` is immutable)."""
 
     @staticmethod
     def _calls(calls: Iterable[Sequence[Any]]) -> tuple[tuple[str, str, str | None], ...]:
@@ -177,7 +179,6 @@ class ScriptedModel:
         self._reserved: set[str] = set()
         self._reserve(self.replies)
         self._prepared: PreparedCall | None = None
-        self._plans: dict[int, tuple[Reply, _Plan]] = {}
 
     @classmethod
     def from_config(cls, config: ScriptedProviderConfig) -> ScriptedModel:
@@ -234,15 +235,14 @@ class ScriptedModel:
         self._next += 1
         return entry(request) if callable(entry) else entry
 
-    def _plan(self, reply: Reply) -> _Plan:
-        plans = self._plans
-        found = plans.get(id(reply))
-        if found is not None and found[0] is reply:
-            return found[1]
-        if len(plans) >= _PLAN_CACHE:  # callable entries may build a new Reply per request
-            plans.clear()
-        plan = _Plan(reply)
-        plans[id(reply)] = (reply, plan)
+    @staticmethod
+    def _plan(reply: Reply) -> _Plan:
+        # Kept on the reply itself: no cache to bound, and a reply function that builds a new
+        # ``Reply`` per request leaves nothing behind once the reply is gone.
+        plan = reply._plan
+        if plan is None:
+            plan = _Plan(reply)
+            object.__setattr__(reply, "_plan", plan)
         return plan
 
     async def _stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:
@@ -278,8 +278,6 @@ class ScriptedModel:
         yield UsageChunk(reply.usage or _usage(request, plan))
         yield plan.finish
 
-
-_PLAN_CACHE = 64
 
 _CallPlan = tuple[int, str, "str | None", "ToolCallDelta | None", "BlockEnd | None"]
 

@@ -3,7 +3,8 @@
 ``append`` is synchronous and never blocks: it assigns dense seqs, folds every registered
 projection (so when it returns every projection reflects the batch), queues the events for the
 session writer and wakes it. Events are stored exactly as appended; only the writer task moves
-them to the store.
+them to the store. A session given its runtime's ``RecordCache`` appends the payloads agents
+write alike (``session/records.py``) as one object: an equal payload, the same JSON.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .._frozen import FrozenDict, freeze
 from ..events import DURABLE_TYPES, SURFACE_TYPES, Event, _new_event
 from .history import MessagesView, SurfaceProjection
 from .projections import InboxProjection, LoopState
+from .records import SHARED_PAYLOAD_TYPES, RecordCache
 
 __all__ = ["Projection", "Session", "SessionView", "Waker"]
 
@@ -104,6 +106,7 @@ class Session:
         "header",
         "id",
         "inbox",
+        "records",
         "state",
         "surface",
         "wake_limit",
@@ -116,10 +119,14 @@ class Session:
         *,
         clock: Callable[[], float],
         events: Sequence[Event] = (),
+        records: RecordCache | None = None,
     ) -> None:
         self.header: FrozenDict = freeze(header)
         self.id: str = str(header["session_id"])
         self._clock = clock
+        self.records = records
+        """The runtime's shared payloads: ``add`` appends an equal payload of the
+        ``SHARED_PAYLOAD_TYPES`` written before (by any agent of the runtime) in its place."""
         self._events: list[Event] = []
         self._pending: list[Event] | tuple[()] = ()  # () while none: no list per idle session
         self._extra: list[Projection] | None = None
@@ -181,6 +188,8 @@ class Session:
         source_event_seqs: tuple[int, ...] | None = None,
     ) -> Event:
         """Append one event built from already-frozen ``data`` (the driver's hot path)."""
+        if type in SHARED_PAYLOAD_TYPES and self.records is not None:
+            data = self.records.payload(type, data)  # one object for equal payloads
         event = _new_event(  # field order: ignorable comes before surface_op
             type, len(self._events), self._clock(), data, False, surface_op, source_event_seqs
         )

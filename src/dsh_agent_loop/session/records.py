@@ -5,15 +5,22 @@ Payloads are built frozen, once, from already-frozen parts (the per-step ones wi
 ``FrozenDict(k=v)`` runs a Python-level constructor). The small ones that repeat across agents
 (``{turn}``, ``{turn, step}``, the ``stream`` and ``usage`` fields of an ``assistant/message``)
 are shared through a ``RecordCache``: the agents of one runtime are at the same turns and steps,
-and each such record would otherwise be one small dict per session. The cache belongs to the
-runtime that lends it to its agents (never a module global), and it is bounded.
+and each such record would otherwise be one small dict per session. So are whole payloads that
+alike agents write once per turn or request change (``turn/end``, ``request/header``,
+``request/context``, ``system/message``, an ``agent/inbox/spliced`` that inserts nothing): a
+session hands them to ``RecordCache.payload``, which returns the first equal one (the same
+JSON). The cache belongs to the runtime that lends it to its agents (never a module global),
+and it is bounded.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final, Protocol, final
 
+import msgspec
+
 from .._frozen import FrozenDict, from_shape, frozen, shape
+from ..events import INBOX_SPLICED, REQUEST_CONTEXT, REQUEST_HEADER, SYSTEM_MESSAGE, TURN_END
 
 __all__ = [
     "BLOCKED",
@@ -42,6 +49,18 @@ SHARED_POSITIONS: Final = 64
 STREAM_RECORDS_MAX: Final = 256
 #: Distinct ``usage`` records kept.
 USAGE_RECORDS_MAX: Final = 4096
+#: Distinct payloads of ``SHARED_PAYLOAD_TYPES`` kept (the table starts over when full).
+PAYLOAD_RECORDS_MAX: Final = 4096
+
+#: Event types whose payloads the agents of one runtime often write alike, whole: a session
+#: appends them through ``RecordCache.payload`` (once per turn or per request change, not per
+#: step), so equal ones are one object. ``agent/inbox/spliced`` only when it inserts nothing.
+SHARED_PAYLOAD_TYPES: Final = frozenset(
+    {TURN_END, REQUEST_HEADER, REQUEST_CONTEXT, SYSTEM_MESSAGE, INBOX_SPLICED}
+)
+
+# The exact JSON of a payload: ``1``, ``1.0`` and ``true`` are equal in Python, not in a log.
+_encode: Final = msgspec.json.Encoder().encode
 
 # The shapes of the per-step payloads, built once (``from_shape`` then takes a values tuple).
 _USAGE = shape(("input_tokens", "output_tokens"))
@@ -74,18 +93,44 @@ class UsageCounts(Protocol):
 
 @final
 class RecordCache:
-    """Shared frozen payloads of one runtime: positions, ``stream`` and ``usage`` (bounded)."""
+    """Shared frozen payloads of one runtime (each table bounded).
 
-    __slots__ = ("_positions", "_streams", "_usage")
+    Positions, ``stream`` and ``usage`` records, and whole payloads of ``SHARED_PAYLOAD_TYPES``.
+    """
+
+    __slots__ = ("_payloads", "_positions", "_streams", "_usage")
 
     def __init__(self) -> None:
         self._positions: dict[tuple[int, int], FrozenDict] = {}
         self._streams: dict[tuple[int, str, str | None], FrozenDict] = {}
         self._usage: dict[tuple[int | None, ...], FrozenDict] = {}
+        self._payloads: dict[bytes, FrozenDict] = {}
 
     def __len__(self) -> int:
         """Records held."""
-        return len(self._positions) + len(self._streams) + len(self._usage)
+        return len(self._positions) + len(self._streams) + len(self._usage) + len(self._payloads)
+
+    def payload(self, event_type: str, data: FrozenDict) -> FrozenDict:
+        """``data``, or the equal payload an agent of this runtime wrote first (same JSON).
+
+        Only for ``SHARED_PAYLOAD_TYPES``; other payloads come back as they are. Equal means
+        the same JSON text, key order and number types included, so what is stored is what
+        the caller built. A payload whose text holds ``null`` is not shared: the encoder also
+        writes NaN and the infinities so, which the log writes otherwise.
+        """
+        if event_type not in SHARED_PAYLOAD_TYPES or (
+            event_type == INBOX_SPLICED and data.get("inserted")
+        ):
+            return data
+        key = _encode(data)
+        if b"null" in key:
+            return data
+        found = self._payloads.get(key)
+        if found is None:
+            if len(self._payloads) >= PAYLOAD_RECORDS_MAX:
+                self._payloads.clear()
+            found = self._payloads[key] = data
+        return found
 
     def usage_record(self, usage: UsageCounts) -> FrozenDict:
         """The ``usage`` field of an ``assistant/message`` (``usage.to_data()``), shared.

@@ -118,7 +118,13 @@ class ReadHandle(Protocol):
 
 @runtime_checkable
 class WriteHandle(ReadHandle, Protocol):
-    """Exclusive write access to one session. Called from one task at a time."""
+    """Exclusive write access to one session. Called from one task at a time.
+
+    A handle class may also set ``commits_inline = True`` in its own class body (not inherited):
+    a promise that its ``append`` and ``flush`` finish without suspending. The session writer
+    then commits in the flushing task when the writer is idle, with no task switch (the memory
+    store does; a handle that suspends anyway fails its session with ``STORE_FAILED``).
+    """
 
     @property
     def lease_ttl(self) -> float | None:

@@ -16,12 +16,21 @@ whose events have waited too long; so arming it costs an append nothing but a se
 deadline, no task switch), whatever the number of sessions. A writer whose handle holds a lease
 renews it every ``lease_ttl / 3``.
 Closing commits what is left, then closes the handle, shielded and bounded.
+
+Inline commits: a handle whose class itself sets ``commits_inline = True`` promises that its
+``append`` and ``flush`` finish without suspending (the memory store). While the writer task is
+parked (no commit of its own under way), a flush caller or the commit timer then commits in its
+own task: the same commit, with no task switch to the writer and back. The handle is still used
+by one task at a time (nothing can run while a commit that never suspends is under way), and a
+flush is still a cancel point. Only the class's own attribute counts: a subclass or a wrapper
+that delegates to such a handle may suspend, so it is committed by the writer task. A declared
+handle that suspends anyway fails the session (``STORE_FAILED``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Protocol, final
 
 import attrs
@@ -94,7 +103,8 @@ class CommitTimer:
     """Commits what writers left pending for ``commit_delay`` without a flush barrier.
 
     One actor per runtime: writers with pending events register on their first append; every
-    ``commit_delay`` the timer asks the ones still dirty to commit. It parks while none are.
+    ``commit_delay`` the timer asks the ones still dirty to commit (a parked writer whose handle
+    commits inline is committed right there, in the timer's task). It parks while none are.
     """
 
     __slots__ = (
@@ -164,6 +174,7 @@ class SessionWriter:
         "_flush_requested",
         "_handed_seq",
         "_idle_scope",
+        "_inline",
         "_on_commit",
         "_on_failure",
         "_owner",
@@ -219,6 +230,8 @@ class SessionWriter:
         session.wake_limit = batch_limit
         self._commits = 0
         self._events_committed = 0
+        # the class's own declaration only (not inherited, not delegated): see the module doc
+        self._inline = vars(type(handle)).get("commits_inline") is True
 
     # -- called by the session and the driver ----------------------------------------------
     def wake(self) -> None:
@@ -237,8 +250,15 @@ class SessionWriter:
             self._request_flush()
 
     def request_commit(self) -> None:
-        """Commit what is pending soon, without waiting for it (the commit timer's nudge)."""
-        self._request_flush()
+        """Commit what is pending soon, without waiting for it (the commit timer's nudge).
+
+        With a handle that commits inline and the writer parked, it is committed now, in the
+        caller's task (see the module doc).
+        """
+        if self._inline and self._parked is not None and self._failure is None:
+            self._commit_inline()
+        else:
+            self._request_flush()
 
     def _request_flush(self) -> None:
         self._dirty = True
@@ -253,6 +273,14 @@ class SessionWriter:
             StoreError: the store failed (every later flush raises it too).
         """
         target = self.session.last_seq
+        if self._committed_seq >= target:
+            return
+        if self._inline and self._parked is not None and self._failure is None:
+            # The writer is parked and the handle commits without suspending: commit here, in
+            # the caller's task (no task switch to the writer and back). Like waiting for the
+            # writer, the flush is a cancel point (the commit is made either way).
+            self._commit_inline()
+            await trio.lowlevel.checkpoint_if_cancelled()
         while self._committed_seq < target:
             if self._failure is not None:
                 raise self._failure
@@ -372,9 +400,38 @@ class SessionWriter:
             except Exception as exc:  # any failure of the handle is this session's failure
                 self._fail(exc)
                 return
-            self._events_committed += self._handed_seq - self._committed_seq
-            self._committed_seq = self._handed_seq
-            self._commits += 1
+            self._committed(batch)
+        else:
+            self._release_waiters()
+
+    def _commit_inline(self) -> None:
+        """``_commit`` in the caller's task, for a handle that commits without suspending."""
+        self._dirty = False
+        self._flush_requested = False
+        if self._timer is not None:
+            self._timer.forget(self)
+        batch = self.session.take_pending()
+        if not batch and self._handed_seq <= self._committed_seq:
+            self._release_waiters()
+            return
+        try:
+            if batch:
+                _run_inline(self.handle.append(batch))
+                self._handed_seq = batch[-1].seq  # type: ignore[assignment]
+            _run_inline(self.handle.flush())
+        except Exception as exc:  # any failure of the handle is this session's failure
+            self._fail(exc)
+            return
+        try:
+            self._committed(batch)
+        except Exception as exc:  # a raising observer of commits: as in the writer task
+            self._fail(exc)
+
+    def _committed(self, batch: list[Event]) -> None:
+        """Count the commit, release the flush barriers it covered, then publish ``batch``."""
+        self._events_committed += self._handed_seq - self._committed_seq
+        self._committed_seq = self._handed_seq
+        self._commits += 1
         self._release_waiters()
         if batch:
             if self._on_commit is not None:
@@ -424,3 +481,13 @@ class SessionWriter:
     def stopped(self) -> bool:
         """True once the writer task has ended."""
         return self._stopped
+
+
+def _run_inline(step: Coroutine[object, None, None]) -> None:
+    """Run a handle's coroutine that must finish without suspending (``commits_inline``)."""
+    try:
+        step.send(None)
+    except StopIteration:
+        return
+    step.close()
+    raise RuntimeError("a handle that declares commits_inline suspended")

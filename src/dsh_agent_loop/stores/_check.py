@@ -39,6 +39,8 @@ def new_suffix(
     if not events:
         return events
     first = events[0].seq
+    if first == next_seq and len(events) == 1:  # the common case: one new event, in place
+        return events
     if first is None or first > next_seq:
         raise SequenceConflictError(
             f"session {session_id!r}: append at seq {first} leaves a gap (next is {next_seq})"

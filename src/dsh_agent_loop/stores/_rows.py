@@ -7,6 +7,15 @@ build, built once here instead of once per call (``JSONEncoder.iterencode`` make
 each time); without the C accelerator it falls back to the encoder object. A ``FrozenDict``
 (not a ``dict``) is encoded through ``json_default`` as the ``dict`` it holds.
 
+``decode_event`` is ``events.event_from_json`` made cheap for a store reading back many
+events: ``msgspec`` parses the text (several times faster than ``json.loads``) and its plain
+dicts and lists are frozen by a walk that knows they hold nothing else, about a sixth of the
+cost in all. The result is the same ``Event``, same types and values (a test pins that).
+Whatever ``msgspec`` refuses (it is stricter: ``NaN``, numbers out of the double range,
+escaped lone surrogates, malformed text; it cannot read a raw lone surrogate either), and any
+object that is not a plain event, goes to ``event_from_json`` itself, which decodes it the
+same way or raises the same ``ValueError``.
+
 Lone surrogates. A Python ``str`` may hold a lone surrogate (``"\ud800"``, as
 ``os.fsdecode`` makes of undecodable bytes), which no UTF-8 text can carry: SQLite and
 psycopg refuse to bind it, and a JSON-lines file cannot hold it. The stored text writes each
@@ -26,13 +35,16 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from .._frozen import freeze, json_default, thaw
+import msgspec
+
+from .._frozen import freeze, from_shape, json_default, shape, thaw
 from ..errors import StoreError
-from ..events import TURN_END, Event
+from ..events import TURN_END, Event, event_from_json, make_event
 from ..session.store import SessionInfo
 
 __all__ = [
     "corrupt",
+    "decode_event",
     "escape_surrogates",
     "event_json",
     "event_sha256",
@@ -90,6 +102,51 @@ def event_json(event: Event) -> str:
         out["source_event_seqs"] = list(event.source_event_seqs)
     text = _ENCODE(out)
     return text if text.isascii() else escape_surrogates(text)
+
+
+_DECODE: Final = msgspec.json.Decoder().decode
+_NESTED: Final = (dict, list)
+
+
+def _frozen_json(value: Any) -> Any:
+    """``freeze(value)`` for what a JSON parser makes: dicts, lists, and atoms in them."""
+    if type(value) is dict:
+        values = [v if type(v) not in _NESTED else _frozen_json(v) for v in value.values()]
+        return from_shape(shape(tuple(value)), tuple(values))
+    return tuple([v if type(v) not in _NESTED else _frozen_json(v) for v in value])
+
+
+def decode_event(text: str | bytes) -> Event:
+    """The ``Event`` of a stored JSON text: what ``event_from_json(text)`` returns, faster.
+
+    ``text`` may also be UTF-8 bytes (a JSON-lines file's line); other encodings, and bytes
+    that are not UTF-8, go to ``event_from_json`` as well.
+
+    Raises:
+        ValueError: the text is not a JSON event (``event_from_json``'s error).
+    """
+    try:
+        obj = _DECODE(text)
+    except (msgspec.MsgspecError, UnicodeError):  # stricter than ``json`` (or a raw
+        return event_from_json(text)  # surrogate it cannot take): the reference judges
+    data = obj.get("data") if type(obj) is dict else None
+    kind = obj.get("type") if type(data) is dict else None
+    if type(kind) is not str:  # not a plain event (a missing key, odd types): the same way
+        return event_from_json(text)
+    op = obj.get("surface_op")
+    cites = obj.get("source_event_seqs")
+    try:
+        return make_event(
+            kind,
+            obj.get("seq"),
+            float(obj.get("time", 0.0)),
+            _frozen_json(data),
+            op if op is None or op == "append" else freeze(op),
+            None if cites is None else tuple(cites),
+            bool(obj.get("ignorable", False)),
+        )
+    except TypeError:  # a time or cited seqs of the wrong type
+        return event_from_json(text)
 
 
 def text_json(value: Any) -> str:

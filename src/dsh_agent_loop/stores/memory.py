@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any, Literal, final, overload
+from typing import Any, ClassVar, Literal, final, overload
 
 import attrs
 import trio
@@ -72,6 +72,9 @@ class _Sessions:
 @final
 @attrs.define(eq=False)
 class _MemoryWriteHandle:
+    # append and flush never suspend: the session writer may commit in the flushing task
+    commits_inline: ClassVar[bool] = True
+
     _sessions: _Sessions
     _record: _Stored
     _staged: list[Event] | tuple[()] = ()  # () while nothing is staged (most of the time)
@@ -126,8 +129,9 @@ class _MemoryWriteHandle:
     async def close(self) -> None:
         if self._closed:
             return
-        with trio.CancelScope(shield=True):
-            await self.flush()
+        # flush never yields, so no cancellation can interrupt it: no shielding scope (one per
+        # close was most of a quiet teardown's cost per agent)
+        await self.flush()
         self._release()
 
     async def abort(self) -> None:

@@ -39,9 +39,17 @@ from ...errors import (
     SessionNotFoundError,
     SessionOwnershipLostError,
 )
-from ...events import Event, event_from_json
+from ...events import Event
 from ...session.store import SessionInfo
-from .._rows import corrupt, escape_surrogates, event_json, load_header, session_info, text_json
+from .._rows import (
+    corrupt,
+    decode_event,
+    escape_surrogates,
+    event_json,
+    load_header,
+    session_info,
+    text_json,
+)
 
 __all__ = [
     "SCHEMA",
@@ -387,7 +395,7 @@ def events(conn: sqlite3.Connection, sid: str, start: int, stop: int | None) -> 
         (sid, start, 2**62 if stop is None else stop),
     ).fetchall()
     try:
-        return [event_from_json(row[0]) for row in rows]
+        return [decode_event(row[0]) for row in rows]
     except ValueError as exc:
         raise corrupt(sid, "event", exc) from exc
 
