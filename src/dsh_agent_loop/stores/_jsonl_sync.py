@@ -27,9 +27,9 @@ from ..errors import (
     SessionOwnershipLostError,
     StoreError,
 )
-from ..events import Event, event_from_json
+from ..events import Event
 from ..session.store import SessionInfo, info_from_events
-from ._rows import escape_surrogates
+from ._rows import decode_event, escape_surrogates
 
 __all__ = [
     "SUFFIX",
@@ -71,7 +71,7 @@ def _parse_line(line: bytes, index: int) -> Mapping[str, Any] | Event:
         if not isinstance(header, dict) or not isinstance(header.get("session_id"), str):
             raise ValueError("the header is not an object with a session_id")
         return freeze(header)  # type: ignore[no-any-return]
-    event = event_from_json(line)
+    event = decode_event(line)
     if event.seq != index - 1:
         raise ValueError(f"seq {event.seq} where {index - 1} was expected")
     return event

@@ -29,10 +29,11 @@ from ..errors import (
     SessionNotFoundError,
     SessionOwnershipLostError,
 )
-from ..events import Event, event_from_json
+from ..events import Event
 from ..session.store import SessionInfo
 from ._rows import (
     corrupt,
+    decode_event,
     escape_surrogates,
     event_json,
     event_sha256,
@@ -312,7 +313,7 @@ def delete(sql: Sql, conn: Conn, sid: str) -> None:
 def events(sql: Sql, conn: Conn, sid: str, start: int, stop: int | None) -> list[Event]:
     rows = conn.execute(sql.events_range, (sid, start, 2**62 if stop is None else stop))
     try:
-        return [event_from_json(row[0]) for row in rows.fetchall()]
+        return [decode_event(row[0]) for row in rows.fetchall()]
     except ValueError as exc:
         raise corrupt(sid, "event", exc) from exc
 
