@@ -50,7 +50,7 @@ from .mcp import McpServer, McpServers, open_mcp_servers
 from .session.store import SessionStore
 from .session.writer import CommitTimer
 from .stores.memory import MemoryStore
-from .tools.base import Tool
+from .tools.base import Tool, register
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -171,13 +171,7 @@ class Runtime:
 
     def add_tool(self, tool: Tool) -> Callable[[], None]:
         """Register a runtime tool; returns a disposer."""
-        self.tools[tool.name] = tool
-
-        def dispose() -> None:
-            if self.tools.get(tool.name) is tool:
-                del self.tools[tool.name]
-
-        return dispose
+        return register(self.tools, tool)
 
     def gc_freeze(self) -> int:
         """Collect, then ``gc.freeze()``: later collections skip every object alive now.

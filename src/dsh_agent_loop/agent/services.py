@@ -10,6 +10,7 @@ import attrs
 
 from ..hooks import HookBus, HookChain, HookScope
 from ..session.records import RecordCache
+from ..tools.base import register
 from .options import CompactionPolicy, TurnBudget
 
 if TYPE_CHECKING:
@@ -83,13 +84,7 @@ class AgentScope:
 
     def add_tool(self, tool: Tool) -> Callable[[], None]:
         """Make ``tool`` visible to this agent; returns a disposer."""
-        self.tools[tool.name] = tool
-
-        def dispose() -> None:
-            if self.tools.get(tool.name) is tool:
-                del self.tools[tool.name]
-
-        return dispose
+        return register(self.tools, tool)
 
     def close(self) -> None:
         """Drop scoped registrations."""

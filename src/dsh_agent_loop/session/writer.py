@@ -405,26 +405,10 @@ class SessionWriter:
             self._release_waiters()
 
     def _commit_inline(self) -> None:
-        """``_commit`` in the caller's task, for a handle that commits without suspending."""
-        self._dirty = False
-        self._flush_requested = False
-        if self._timer is not None:
-            self._timer.forget(self)
-        batch = self.session.take_pending()
-        if not batch and self._handed_seq <= self._committed_seq:
-            self._release_waiters()
-            return
+        """``_commit`` run to its end in the caller's task (the handle never suspends)."""
         try:
-            if batch:
-                _run_inline(self.handle.append(batch))
-                self._handed_seq = batch[-1].seq  # type: ignore[assignment]
-            _run_inline(self.handle.flush())
-        except Exception as exc:  # any failure of the handle is this session's failure
-            self._fail(exc)
-            return
-        try:
-            self._committed(batch)
-        except Exception as exc:  # a raising observer of commits: as in the writer task
+            _run_inline(self._commit())
+        except Exception as exc:  # a suspending handle, or a raising observer of commits
             self._fail(exc)
 
     def _committed(self, batch: list[Event]) -> None:
@@ -484,7 +468,7 @@ class SessionWriter:
 
 
 def _run_inline(step: Coroutine[object, None, None]) -> None:
-    """Run a handle's coroutine that must finish without suspending (``commits_inline``)."""
+    """Run a coroutine that must finish without suspending (a ``commits_inline`` commit)."""
     try:
         step.send(None)
     except StopIteration:

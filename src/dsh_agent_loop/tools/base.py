@@ -34,6 +34,7 @@ __all__ = [
     "ToolContext",
     "ToolResult",
     "parse_arguments",
+    "register",
     "tool",
 ]
 
@@ -177,6 +178,20 @@ _scan_once: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(
     json.JSONDecoder()  # type: ignore[arg-type]  # typeshed mis-types the argument
 )
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
+
+
+def register(tools: dict[str, Tool], tool: Tool) -> Callable[[], None]:
+    """Put ``tool`` in ``tools`` under its name; returns a disposer that removes it again.
+
+    The disposer removes only this tool: one registered later under the same name stays.
+    """
+    tools[tool.name] = tool
+
+    def dispose() -> None:
+        if tools.get(tool.name) is tool:
+            del tools[tool.name]
+
+    return dispose
 
 
 def _not_json(raw: str, exc: BaseException) -> ArgumentsError:
