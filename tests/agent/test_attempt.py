@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from dsh_agent_loop import Reply
@@ -11,7 +12,7 @@ from dsh_agent_loop.agent.turn import Turn
 from dsh_agent_loop.llm.assemble import FOLD_CHUNK, Assembler
 from dsh_agent_loop.llm.base import BlockEnd, BlockStart, TextDelta, ToolCallDelta
 
-from .conftest import harness
+from .conftest import harness, wait_until
 
 
 def _fed(*chunks: object) -> Assembler:
@@ -23,7 +24,7 @@ def _fed(*chunks: object) -> Assembler:
 
 async def test_closing_an_attempt_without_a_stream_appends_nothing(autojump_clock):
     async with harness([Reply.text("hi")]) as h:
-        attempt = Attempt(Turn(h.agent, 1), 1)
+        attempt = Attempt(Turn(h.agent, 1), h.agent, 1)
         size = len(h.agent.log)
         assert attempt.close() == []
         assert len(h.agent.log) == size
@@ -31,7 +32,7 @@ async def test_closing_an_attempt_without_a_stream_appends_nothing(autojump_cloc
 
 async def test_an_empty_cut_stream_is_an_aborted_attempt(autojump_clock):
     async with harness([Reply.text("hi")]) as h:
-        attempt = Attempt(Turn(h.agent, 1), 2)
+        attempt = Attempt(Turn(h.agent, 1), h.agent, 2)
         attempt.asm = Assembler()
         assert attempt.close() == []
         [event] = h.events[-1:]
@@ -44,7 +45,7 @@ async def test_an_empty_cut_stream_is_an_aborted_attempt(autojump_clock):
 
 async def test_a_cut_stream_keeps_the_delivered_prefix_and_returns_whole_calls(autojump_clock):
     async with harness([Reply.text("hi")]) as h:
-        attempt = Attempt(Turn(h.agent, 1), 1)
+        attempt = Attempt(Turn(h.agent, 1), h.agent, 1)
         attempt.asm = _fed(
             BlockStart(0, "text"),
             TextDelta(0, "Hel"),
@@ -90,3 +91,37 @@ async def test_attempt_start_is_published_to_listeners_only(autojump_clock, monk
     ]
     failed = [e for e in h.events if e.type == "assistant/attempt" and e.data["turn"] == 2]
     assert seen[0].time <= failed[0].time < seen[1].time  # the retry starts after the backoff
+
+
+def _live_turns() -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if type(o) is Turn)
+
+
+async def test_an_ended_turn_keeps_no_attempt_so_its_turn_is_collected(autojump_clock):
+    # An Attempt is not GC-tracked and refers to its turn and agent: a cycle through one could
+    # never be collected. Ending a turn, by completing or by a cancel mid-stream, drops it.
+    before = _live_turns()
+    turns: list[Turn] = []
+    replies = [Reply.tool_calls(("missing", {})), Reply.text("done"), Reply.hang("…")]
+    async with harness(replies) as h:
+        agent = h.agent
+
+        def started(_: object) -> None:
+            turn = agent.running_turn
+            assert turn is not None
+            assert turn.attempt is not None
+            turns.append(turn)
+
+        stop = h.rt.hooks.on("agent/attempt-start", started)
+        await agent.run("first")
+        agent.followup("second")
+        await wait_until(lambda: len(turns) == 3)
+        agent.cancel()  # mid-stream: the hang
+        await agent.wait_idle()
+        stop()
+        assert turns[0] is turns[1]  # two steps of the first turn, then the second turn
+        assert [t.attempt for t in turns] == [None, None, None]
+        turns.clear()
+        await h.handle.dispose()
+    assert _live_turns() == before

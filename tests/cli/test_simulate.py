@@ -254,3 +254,40 @@ def test_the_concurrency_option(tmp_path: Path) -> None:
     )
     assert bad.returncode == 2
     assert "--concurrency" in bad.stderr
+
+
+async def test_agents_are_created_concurrently_and_keep_their_ids(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At most ``_CREATORS`` creations overlap; the sessions read back are sim-0 … in order."""
+    from dsh_agent_loop.agent.lifecycle import Agents
+    from dsh_agent_loop.cli import _simulate
+    from dsh_agent_loop.stores import SqliteStore
+
+    monkeypatch.setattr(_simulate, "_CREATORS", 4)
+    active = widest = 0
+    create, read_back = Agents.create, _simulate._read_back
+    read: list[str] = []
+
+    async def creating(self: Agents, *args: object, **kwargs: object) -> object:
+        nonlocal active, widest
+        active += 1
+        widest = max(widest, active)
+        try:
+            return await create(self, *args, **kwargs)
+        finally:
+            active -= 1
+
+    async def reading(store: object, session_ids: list[str], counts: object) -> object:
+        read.extend(session_ids)
+        return await read_back(store, session_ids, counts)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Agents, "create", creating)
+    monkeypatch.setattr(_simulate, "_read_back", reading)
+    store = SqliteStore(tmp_path / "sim.db")
+    options = SimOptions(agents=20, tools=1)
+    summary = await run_simulation(options, store, "sqlite", {}, Console(file=io.StringIO()))
+    assert summary.ok
+    assert summary.turns_completed == 20
+    assert widest == 4  # (each SQLite create waits for its claim transaction)
+    assert [sid.split("-session-")[0] for sid in read] == [f"sim-{n}" for n in range(20)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable
 
 import pytest
@@ -140,3 +141,22 @@ def test_fold_chunk_covers_every_chunk_type():
         UsageChunk,
         Finish,
     }
+
+
+def test_the_assembler_and_its_blocks_are_not_gc_tracked_and_join_one_or_many_parts():
+    asm = fed(
+        [
+            TextDelta(0, "alone"),
+            call(1, "c1", "f"),
+            ToolCallDelta(1, '{"a"'),
+            ToolCallDelta(1, ": 1}"),
+            ReasoningDelta(2, ""),
+            ReasoningDelta(2, "then"),
+            Finish("tool-calls"),
+        ]
+    )
+    assert not gc.is_tracked(asm)
+    assert not gc.is_tracked(asm._blocks)  # a dict of untracked blocks stays untracked
+    assert [b["type"] for b in asm.content()] == ["text", "tool-call", "reasoning"]
+    assert asm.content()[1]["arguments"] == '{"a": 1}'
+    assert asm.delivered_text() == ("alone", "then")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from dsh_agent_loop._frozen import freeze
 from dsh_agent_loop.config.providers import (
@@ -146,6 +148,50 @@ async def test_a_hang_streams_its_text_then_waits_for_cancel(autojump_clock):
             seen.append(chunk)
     assert scope.cancelled_caught
     assert seen == [BlockStart(0, "text"), TextDelta(0, "wait"), BlockEnd(0)]
+
+
+async def test_a_stream_takes_its_reply_when_iterated_pauses_per_word_and_is_not_gc_tracked():
+    model = ScriptedModel([Reply.text("one two"), Reply.text("later")])
+    call = await model.prepare_call(CONFIG)
+    stream = call.stream(request("x"))
+    assert not gc.is_tracked(stream)  # what a stream holds while paused is not walked
+    assert model.requests == []  # nothing taken before the first chunk is asked for
+    with trio.testing.assert_checkpoints():
+        first = [await stream.__anext__() for _ in range(2)]  # BlockStart, then a paused word
+    assert first == [BlockStart(0, "text"), TextDelta(0, "one ")]
+    assert len(model.requests) == 1
+    await stream.aclose()  # ends it: no further chunk, and the next reply stays unused
+    with pytest.raises(StopAsyncIteration):
+        await stream.__anext__()
+    assert await chunks(model) == [
+        BlockStart(0, "text"),
+        TextDelta(0, "later"),
+        BlockEnd(0),
+        UsageChunk(Usage(10 + 1 // 4, 1)),
+        Finish("stop", stop_reason="stop"),
+    ]
+
+
+async def test_a_stream_closed_before_it_started_takes_no_reply():
+    model = ScriptedModel([Reply.text("unused")])
+    call = await model.prepare_call(CONFIG)
+    stream = call.stream(request("x"))
+    await stream.aclose()
+    with pytest.raises(StopAsyncIteration):
+        await stream.__anext__()
+    assert model.requests == []
+    assert len(await chunks(model)) == 5  # the reply is still the next one
+
+
+async def test_a_paused_stream_is_a_cancel_point():
+    model = ScriptedModel([Reply.tool_calls(("t", {"a": 1}))])
+    call = await model.prepare_call(CONFIG)
+    stream = call.stream(request("x"))
+    assert isinstance(await stream.__anext__(), BlockStart)  # the call starts: no pause
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await stream.__anext__()  # the arguments come after a pause
+    assert scope.cancelled_caught
 
 
 async def test_prepare_call_reuses_the_route_for_an_equal_config():

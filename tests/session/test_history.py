@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Sequence
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -138,6 +141,26 @@ def test_messages_view_is_an_immutable_prefix():
         view[2]
     assert view == [{"n": 1}, {"n": 2}]
     assert view != [{"n": 1}]
+
+
+def test_messages_view_is_a_read_only_sequence_the_collector_does_not_track():
+    items = [{"n": 1}, {"n": 2}, {"n": 1}, {"n": 9}]
+    view = MessagesView(items, 3)
+    assert isinstance(view, Sequence)
+    assert {"n": 2} in view
+    assert {"n": 9} not in view
+    assert list(reversed(view)) == [{"n": 1}, {"n": 2}, {"n": 1}]
+    assert view.index({"n": 1}) == 0
+    assert view.index({"n": 1}, 1) == 2
+    assert view.index({"n": 1}, -2) == 2
+    with pytest.raises(ValueError):
+        view.index({"n": 2}, 0, 1)
+    with pytest.raises(ValueError):
+        view.index({"n": 9})  # past the view's end
+    assert view.count({"n": 1}) == 2
+    assert not gc.is_tracked(view)
+    with pytest.raises(TypeError):
+        hash(view)
 
 
 def test_empty_system_nodes_are_nodes_but_not_messages():

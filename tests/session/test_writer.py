@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import trio
 import trio.lowlevel
+import trio.testing
 
 from dsh_agent_loop import (
     AgentClosedError,
@@ -657,3 +658,60 @@ async def test_the_commit_timer_commits_inline_without_waking_the_writer(autojum
         assert handle.tasks[0].name.endswith("CommitTimer.run")  # not the writer's task
         await writer.aclose()
         nursery.cancel_scope.cancel()
+
+
+class _SlowCloseHandle:
+    """A MemoryStore handle (declared to suspend) whose close takes a second of store time."""
+
+    closing = 0
+    most = 0
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def close(self) -> None:
+        cls = type(self)
+        cls.closing += 1
+        cls.most = max(cls.most, cls.closing)
+        try:
+            await trio.sleep(1.0)
+            await self._inner.close()
+        finally:
+            cls.closing -= 1
+
+
+async def test_a_runtimes_writers_close_suspending_handles_a_bounded_number_at_a_time(
+    autojump_clock,
+):
+    # Thousands of writers closing at once wait for a place (CLOSE_CONCURRENCY at a time), and
+    # each one's close bound starts when it has one: none of them times out for waiting.
+    from dsh_agent_loop.session.log import Session
+    from dsh_agent_loop.session.writer import (
+        CLOSE_CONCURRENCY,
+        CLOSE_TIMEOUT,
+        CommitTimer,
+        SessionWriter,
+    )
+
+    store, timer = MemoryStore(), CommitTimer()
+    count = CLOSE_CONCURRENCY * 12  # 12 waves of 1 s each: past CLOSE_TIMEOUT for the last
+    assert count // CLOSE_CONCURRENCY > CLOSE_TIMEOUT
+    writers = []
+    for i in range(count):
+        header = {"session_id": f"s-{i}", "agent_id": "a", "created_at": "2026-01-01T00:00:00Z"}
+        handle = _SlowCloseHandle(await store.create(header))
+        writers.append(SessionWriter(Session(header, clock=trio.current_time), handle, timer=timer))
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        for writer in writers:
+            nursery.start_soon(writer.run)
+        await trio.testing.wait_all_tasks_blocked()
+        for writer in writers:
+            writer.request_close()
+    assert _SlowCloseHandle.most == CLOSE_CONCURRENCY
+    assert trio.current_time() - start == pytest.approx(12.0)
+    assert [w.failure for w in writers if w.failure is not None] == []
+    assert all(w.stopped for w in writers)

@@ -244,3 +244,123 @@ async def test_a_batch_wakes_only_the_tasks_it_carried_and_the_next_leader() -> 
     assert max(len(r) for r in rounds) == 10
     # ~1,300 steps; waking every waiting task after each of the 61 batches: ~18,000
     assert counter.steps < 5 * 600
+
+
+async def test_an_item_whose_task_left_is_not_queued_again_when_its_batch_did_not_run() -> None:
+    ran: list[list[str]] = []
+    first_done, lock = trio.Event(), trio.Lock()
+
+    async def run(batch: list[str]) -> None:
+        if batch == ["x"]:
+            await first_done.wait()
+            ran.append(batch)
+            return
+        async with lock:  # a leader cancelled here: the batch did not run
+            ran.append(batch)
+
+    batches = Batches[str](run, limit=10)
+    scopes = {"a": trio.CancelScope(), "b": trio.CancelScope()}
+
+    async def submit(item: str) -> None:
+        with scopes[item]:
+            await batches.submit(item)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(batches.submit, "x")
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(submit, "a")
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(submit, "b")
+        await trio.testing.wait_all_tasks_blocked()
+        await lock.acquire()
+        first_done.set()  # "x" ends; "a" leads a and b, and waits for the lock
+        await trio.testing.wait_all_tasks_blocked()
+        scopes["b"].cancel()  # "b" leaves while its batch is under way
+        await trio.testing.wait_all_tasks_blocked()
+        scopes["a"].cancel()  # the leader gives up before the batch ran
+        await trio.testing.wait_all_tasks_blocked()
+        lock.release()
+    await batches.submit("later")
+    assert ran == [["x"], ["later"]]  # "b" was not carried by a later batch for nobody
+
+
+async def test_patience_waits_for_a_long_queue_that_moves(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # 50 items, at most 2 a batch, each batch 1 s: the last waits 26 s (the first leads a batch
+    # of its own) with a patience of 3 s.
+    ran: list[int] = []
+
+    async def run(batch: list[int]) -> None:
+        await trio.sleep(1.0)
+        ran.extend(batch)
+
+    batches = Batches[int](run, limit=2)
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        for i in range(50):
+            nursery.start_soon(batches.submit, i, 3.0)
+    assert sorted(ran) == list(range(50))
+    assert trio.current_time() - start == pytest.approx(26.0)
+
+
+async def test_patience_gives_up_on_a_stuck_batch_and_takes_its_item_out(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    gate = trio.Event()
+    ran: list[list[int]] = []
+
+    async def run(batch: list[int]) -> None:
+        if batch == [0]:
+            await gate.wait()  # stuck until released below
+        ran.append(batch)
+
+    batches = Batches[int](run, limit=10)
+    timed_out: list[int] = []
+
+    async def waiter(i: int) -> None:
+        try:
+            await batches.submit(i, 3.0)
+        except trio.TooSlowError:
+            timed_out.append(i)
+
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(batches.submit, 0)  # leads the stuck batch (no patience: not bounded)
+        await trio.sleep(0.5)
+        for i in (1, 2):
+            nursery.start_soon(waiter, i)
+        await trio.sleep(10)
+        assert sorted(timed_out) == [1, 2]
+        assert trio.current_time() - start == pytest.approx(10.5)
+        gate.set()
+    assert ran == [[0]]  # the items that gave up were not run for nobody
+
+
+async def test_patience_bounds_a_leader_that_cannot_start_its_batch(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    lock = trio.Lock()
+    ran: list[list[int]] = []
+
+    async def run(batch: list[int]) -> None:
+        async with lock:  # the store's writer lock, held elsewhere below
+            ran.append(batch)
+
+    batches = Batches[int](run, limit=10)
+    unlock = trio.Event()
+
+    async def hold(task_status: trio.TaskStatus[None]) -> None:
+        async with lock:
+            task_status.started()
+            await unlock.wait()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(hold)
+        start = trio.current_time()
+        with pytest.raises(trio.TooSlowError):
+            await batches.submit(1, 2.0)
+        assert trio.current_time() - start == pytest.approx(2.0)
+        unlock.set()
+    await batches.submit(2, 2.0)  # the queue is usable again, and 1 is not run for nobody
+    assert ran == [[2]]

@@ -10,7 +10,12 @@ import trio.testing
 
 from dsh_agent_loop.errors import SessionOwnershipLostError, StoreError
 from dsh_agent_loop.events import Event
-from dsh_agent_loop.stores._handles import StagedWriteHandle, Staging, StoreReadHandle
+from dsh_agent_loop.stores._handles import (
+    RELEASE_GRACE,
+    StagedWriteHandle,
+    Staging,
+    StoreReadHandle,
+)
 
 from .conftest import ev
 
@@ -23,6 +28,8 @@ class FakeBackend:
     def __init__(self) -> None:
         self.stored: list[Event] = []
         self.released: list[tuple[str, int]] = []
+        self.patience: list[float] = []
+        self.slow_release = False
         self.hang = False
         self.flush_error: StoreError | None = None
 
@@ -43,8 +50,11 @@ class FakeBackend:
     async def renew(self, staging: Rows) -> None:
         await trio.lowlevel.checkpoint()
 
-    async def release(self, staging: Rows) -> None:
+    async def release(self, staging: Rows, patience: float) -> None:
+        self.patience.append(patience)
         await trio.lowlevel.checkpoint()
+        if self.slow_release:
+            raise trio.TooSlowError
         self.released.append((staging.session_id, len(staging.staged)))
 
 
@@ -105,7 +115,21 @@ async def test_close_past_its_timeout_drops_unflushed_and_still_releases(
         await handle.close()
     assert math.isclose(trio.current_time() - start, 2.0)
     assert backend.released == [("s1", 0)]  # staged events dropped before the release
+    assert backend.patience == [RELEASE_GRACE]  # past the deadline: a short grace
     assert backend.stored == []
+
+
+async def test_a_release_out_of_patience_is_a_timed_out_close(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = FakeBackend()
+    handle = make(backend, close_timeout=3.0)
+    await handle.append([ev(0)])
+    backend.slow_release = True
+    with pytest.raises(StoreError, match="releasing ownership timed out"):
+        await handle.close()
+    assert backend.stored == [ev(0)]  # flushed first
+    assert backend.patience == [pytest.approx(3.0)]  # what is left of close_timeout
 
 
 async def test_a_flush_error_surfaces_after_the_release() -> None:

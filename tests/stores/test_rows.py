@@ -10,9 +10,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dsh_agent_loop._frozen import FrozenDict, shape
-from dsh_agent_loop.events import Event, event_from_json, event_to_json
-from dsh_agent_loop.stores._rows import decode_event, event_json, event_sha256, last_turn_end
+from dsh_agent_loop._frozen import FrozenDict, freeze, shape
+from dsh_agent_loop.errors import StoreError
+from dsh_agent_loop.events import Event, event_from_json, event_to_json, make_event
+from dsh_agent_loop.stores._rows import (
+    decode_event,
+    escape_surrogates,
+    event_json,
+    event_sha256,
+    last_turn_end,
+    load_header,
+)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -54,6 +62,40 @@ def test_event_json_with_a_surface_op(surface_op: object) -> None:
     )
     assert event_json(event) == event_to_json(event)
     assert "héllo ✓" in event_json(event)  # not \u-escaped
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        1e16,
+        9999999999999998.0,
+        1e-4,
+        9.999999999999999e-05,
+        1e-05,
+        -0.0,
+        0.0,
+        float("inf"),
+        float("-inf"),
+        float("nan"),
+        2**70,
+        "lone \ud800 surrogate",
+        "\u2028\x00\x1f\x7f é",
+        [1, {"a": 1.5}],  # not frozen (built without the converter): the json way
+    ],
+)
+def test_event_json_spells_every_value_as_event_to_json(value: object) -> None:
+    data = FrozenDict(v=value, nested=FrozenDict(items=(value, 1)))
+    event = Event("tool/result", 3, 1796320063.4377122, {})
+    event = make_event(event.type, event.seq, event.time, data)
+    text = event_json(event)
+    assert text == escape_surrogates(event_to_json(event))  # (the stored form of a surrogate)
+    assert decode_event(text.encode()) == event_from_json(event_to_json(event))
+
+
+@pytest.mark.parametrize("time", [1e16, 1e-05, 0.0, 12])
+def test_event_json_spells_the_time_as_event_to_json(time: float) -> None:
+    event = make_event("step/end", 1, time, FrozenDict(turn=1))
+    assert event_json(event) == event_to_json(event)
 
 
 def test_sha256_and_last_turn_end() -> None:
@@ -194,3 +236,23 @@ def test_plain_events_do_not_take_the_reference_decoder(monkeypatch: pytest.Monk
 
     monkeypatch.setattr("dsh_agent_loop.stores._rows.event_from_json", refuse)
     assert _same(decode_event(text), wanted)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"session_id": "s", "options": {"model": "m", "tags": ["a", {"b": 1.5}]}}',
+        '{"session_id": "s", "limit": NaN, "big": 123456789012345678901234567890}',
+        '{"session_id": "lone \\ud800"}',
+        '{"a": 1, "a": 2}',
+    ],
+)
+def test_load_header_is_json_loads_frozen(text: str) -> None:
+    assert load_header(text, "s") == freeze(json.loads(text))
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '"s"', "{bad", ""])
+def test_load_header_refuses_what_is_not_a_json_object(text: str) -> None:
+    with pytest.raises(StoreError) as info:
+        load_header(text, "s")
+    assert info.value.code == "STORE_CORRUPT"

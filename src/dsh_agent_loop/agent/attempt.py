@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, final
 
 import trio
+from msgspec import Struct
 
 from .._frozen import FrozenDict
 from ..events import (
@@ -42,6 +43,7 @@ from .request import MAX_ATTEMPTS, PreStepDecision, Retry, default_retry_delay
 
 if TYPE_CHECKING:
     from ..session.log import Session
+    from .driver import Agent
     from .turn import Turn
 
 __all__ = ["CLOSE_STREAM_TIMEOUT", "Attempt", "unique_call_ids"]
@@ -53,20 +55,24 @@ _ABORTED: Final = FrozenDict(code="ABORTED", message="cancelled before anything 
 
 
 @final
-class Attempt:
-    """One model call: its number, its config, and the stream in flight (if any)."""
+class Attempt(Struct, gc=False, eq=False):
+    """One model call: its number, its config, and the stream in flight (if any).
 
-    __slots__ = ("_agent", "_turn", "asm", "config", "number")
+    ``Attempt(turn, turn.agent, number)``. Not GC-tracked (a ``msgspec.Struct`` declared
+    ``gc=False``): it lives as long as its model streams, which with thousands of agents
+    mid-stream outlasts many collections of the young generations. It refers to its turn and
+    agent, so the turn's own reference to it (``Turn.attempt``) is dropped when the turn closes
+    its open work (``Turn.close_open_work``): no cycle runs through it after that.
+    """
 
-    def __init__(self, turn: Turn, number: int) -> None:
-        self._turn = turn
-        self._agent = turn.agent
-        self.number = number
-        """1 for the first attempt of the step."""
-        self.config: FrozenDict = _NO_CONFIG
-        """The proposed config (empty until ``agent/request`` answered)."""
-        self.asm: Assembler | None = None
-        """The stream in flight: what it delivered so far."""
+    _turn: Turn
+    _agent: Agent
+    number: int
+    """1 for the first attempt of the step."""
+    config: FrozenDict = _NO_CONFIG
+    """The proposed config (empty until ``agent/request`` answered)."""
+    asm: Assembler | None = None
+    """The stream in flight: what it delivered so far."""
 
     async def run(self, decision: PreStepDecision) -> FrozenDict | Failure:
         """Make the call; returns the stored assistant message, or the failure it recorded.
@@ -115,6 +121,7 @@ class Attempt:
                             "chunk": chunk,
                         }
                     )
+                del chunk  # not kept alive while the stream waits for the next one
         except ModelError as exc:
             failure = exc.failure
             await _close_stream(stream)

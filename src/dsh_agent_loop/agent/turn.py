@@ -267,7 +267,7 @@ class Turn:
         """Append what keeps the log well formed after a cancel or failure (synchronous)."""
         if self.carried is not None:
             approvals.close(self)
-        attempt = self.attempt
+        attempt, self.attempt = self.attempt, None  # (no reference cycle through an Attempt)
         if attempt is not None:
             calls = attempt.close()
             if calls:
@@ -341,15 +341,30 @@ class Turn:
         self.step, self.step_open = step, True
         self.continues = False
         if assembly is not self.assembly:
-            self.assembly = assembly
-            self.tools = {t.name: t for t in assembly.tools}
-            self.schemas = tuple(t.schema for t in assembly.tools)
-            self.rendered = render(assembly)
-            if self.output is not None:
-                self.tools, self.schemas = self.output.offer(self.tools, self.schemas)
+            self._assemble(assembly)
         if self.carried is not None:  # a continuation: settle the decided calls first
             await approvals.settle(self)
-        message = await self._attempts(decision)
+        # Attempts until one yields an ``assistant/message``: inline, not a method, so that one
+        # coroutine frame less stays alive through every model stream (with thousands of agents
+        # mid-stream, what lives across a stream's pauses is what the collector promotes).
+        number = 0
+        overflowed = False
+        while True:
+            number += 1
+            attempt = self.attempt = Attempt(self, agent, number)
+            outcome = await attempt.run(decision)
+            if not isinstance(outcome, Failure):
+                message = outcome
+                break
+            policy = self.agent.compaction
+            if outcome.code == "CONTEXT_OVERFLOW" and policy is not None and not overflowed:
+                overflowed = True  # compact and retry once, without the retry policy's delay
+                if await after_overflow(self, policy):
+                    continue
+            retry = await attempt.offer_failure(outcome)
+            if retry is None:
+                raise TurnFailed(outcome.message, code=outcome.code)
+            await trio.sleep(max(0.0, retry.delay))
         calls = [b for b in message["content"] if b["type"] == "tool-call"]
         if self.truncated:
             self.batch = ToolBatch(agent, self.tools, calls, self.number, step)
@@ -368,30 +383,23 @@ class Turn:
             self.continues = not batch.concludes_turn
             if batch.deferred:
                 self.awaiting = approvals.awaiting_reason(batch.deferred)
-        session.add(STEP_END, self.step_data)
+        self._end_step(calls)
+
+    def _end_step(self, calls: list[FrozenDict]) -> None:
+        """Append the step's ``step/end``; a structured-output turn then checks its calls."""
+        self.agent.log.add(STEP_END, self.step_data)
         self.step_open = False
         if self.output is not None and not self.truncated:
-            self.output.after_step(agent, calls)
+            self.output.after_step(self.agent, calls)
 
-    async def _attempts(self, decision: PreStepDecision) -> FrozenDict:
-        """Run attempts until one yields an ``assistant/message``; returns its message."""
-        number = 0
-        overflowed = False
-        while True:
-            number += 1
-            attempt = self.attempt = Attempt(self, number)
-            outcome = await attempt.run(decision)
-            if not isinstance(outcome, Failure):
-                return outcome
-            policy = self.agent.compaction
-            if outcome.code == "CONTEXT_OVERFLOW" and policy is not None and not overflowed:
-                overflowed = True  # compact and retry once, without the retry policy's delay
-                if await after_overflow(self, policy):
-                    continue
-            retry = await attempt.offer_failure(outcome)
-            if retry is None:
-                raise TurnFailed(outcome.message, code=outcome.code)
-            await trio.sleep(max(0.0, retry.delay))
+    def _assemble(self, assembly: PromptAssembly) -> None:
+        """Take a new prompt assembly: its tools, their schemas, the rendered prompt."""
+        self.assembly = assembly
+        self.tools = {t.name: t for t in assembly.tools}
+        self.schemas = tuple(t.schema for t in assembly.tools)
+        self.rendered = render(assembly)
+        if self.output is not None:
+            self.tools, self.schemas = self.output.offer(self.tools, self.schemas)
 
     # -- budget ---------------------------------------------------------------------------
     async def _check_step_budget(self) -> None:

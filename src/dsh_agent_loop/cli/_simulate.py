@@ -1,6 +1,7 @@
 """``dsh-agent simulate``: many agents against a seeded scripted model, on a real store.
 
-Agents ``sim-0 … sim-<N-1>`` are created one after another on default session ids, then they are
+Agents ``sim-0 … sim-<N-1>`` are created on default session ids, 64 at a time (a store may share
+work between concurrent creations: SQLite takes their ownership in one transaction), then they are
 prompted: at most ``--concurrency`` agents run their turns at the same time (each is given all its
 prompts at once, one queued prompt per turn, and the next agent is prompted when one goes idle;
 ``--concurrency 0`` prompts every agent at once). All agents stay alive until every one is idle.
@@ -38,7 +39,7 @@ import os
 import resource
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, final
 
@@ -88,6 +89,8 @@ REPLY_WORDS: Final = 8
 DEFAULT_CONCURRENCY: Final = 256
 #: Seconds between progress redraws.
 REFRESH_INTERVAL: Final = 0.1
+#: Agents created at the same time.
+_CREATORS: Final = 64
 
 
 @tool
@@ -393,11 +396,7 @@ async def _live_run(
     ) as rt:
         rt.hooks.serial(HOOK_TURN_STOPPING, on_turn_stopping)
         started = time.perf_counter()
-        handles = []
-        for n in range(options.agents):
-            agent_options = AgentOptions(id=f"sim-{n}", provider=SIM_PROVIDER, model="sim")
-            handles.append(await rt.agents.create(options=agent_options))
-            done[_CREATING] += 1
+        handles = await _create_agents(rt.agents.create, options.agents, done)
         create_s = time.perf_counter() - started
         started = time.perf_counter()
         await _run_turns(handles, options)
@@ -408,6 +407,29 @@ async def _live_run(
         closing = time.perf_counter()
     run.close_s = time.perf_counter() - closing
     return run
+
+
+async def _create_agents(
+    create: Callable[..., Awaitable[AgentHandle]], agents: int, done: list[int]
+) -> list[AgentHandle]:
+    """Create agents ``sim-0 … sim-<agents-1>``, ``_CREATORS`` at a time; their handles in order.
+
+    Creations made concurrently let a store share its work between them (SQLite takes the
+    ownership of the sessions queued meanwhile in one transaction).
+    """
+    handles: list[AgentHandle | None] = [None] * agents
+    pending = iter(range(agents))
+
+    async def creator() -> None:
+        for n in pending:
+            agent_options = AgentOptions(id=f"sim-{n}", provider=SIM_PROVIDER, model="sim")
+            handles[n] = await create(options=agent_options)
+            done[_CREATING] += 1
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(min(_CREATORS, agents)):
+            nursery.start_soon(creator)
+    return [handle for handle in handles if handle is not None]
 
 
 async def _run_turns(handles: Sequence[AgentHandle], options: SimOptions) -> None:

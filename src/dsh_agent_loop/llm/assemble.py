@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, final
 
+from msgspec import Struct, field
+
 from .._frozen import FrozenDict, freeze
 from .base import (
     BlockEnd,
@@ -27,38 +29,55 @@ from .base import (
 __all__ = ["FOLD_CHUNK", "Assembler"]
 
 
-class _Block:
-    __slots__ = ("call_id", "ended", "kind", "metadata", "name", "parts")
+class _Block(Struct, gc=False, eq=False):
+    """One content block as it arrives (not GC-tracked: it holds only strings and JSON)."""
 
-    def __init__(self, kind: str, call_id: str | None = None, name: str | None = None) -> None:
-        self.kind = kind
-        self.call_id = call_id
-        self.name = name
-        self.parts: list[str] = []
-        self.ended = False
-        self.metadata: Any = None
+    kind: str
+    call_id: str | None = None
+    name: str | None = None
+    parts: str | list[str] = ""
+    """What arrived: the only part as is, a list from the second on (a tool call's block
+    waits for its arguments with no container allocated); ``joined()`` is the text."""
+    ended: bool = False
+    metadata: Any = None
+
+    def joined(self) -> str:
+        """Everything that arrived, concatenated."""
+        parts = self.parts
+        return parts if isinstance(parts, str) else "".join(parts)
+
+
+def _add(block: _Block, part: str) -> None:
+    parts = block.parts
+    if isinstance(parts, list):
+        parts.append(part)
+    elif parts:
+        block.parts = [parts, part]
+    else:
+        block.parts = part
 
 
 @final
-class Assembler:
-    """Folds chunks; ``content()`` returns the blocks of the assistant message."""
+class Assembler(Struct, gc=False, eq=False):
+    """Folds chunks; ``content()`` returns the blocks of the assistant message.
 
-    __slots__ = ("_blocks", "_order", "delivered", "finish", "usage")
+    Not GC-tracked (a ``msgspec.Struct`` declared ``gc=False``, as are its blocks): with
+    thousands of agents mid-stream, what a stream holds outlives many collections of the young
+    generations, and an assembler refers only to chunks and strings, never back to its owner.
+    """
 
-    def __init__(self) -> None:
-        self._blocks: dict[int, _Block] = {}
-        self._order: list[int] = []
-        self.finish: Finish | None = None
-        self.usage: Usage | None = None
-        self.delivered = False
-        """True once any text, reasoning or tool-call content arrived."""
+    _blocks: dict[int, _Block] = field(default_factory=dict)
+    """By chunk index, in the order the blocks started (what ``content()`` keeps)."""
+    finish: Finish | None = None
+    usage: Usage | None = None
+    delivered: bool = False
+    """True once any text, reasoning or tool-call content arrived."""
 
     def _block(self, index: int, kind: str) -> _Block:
         block = self._blocks.get(index)
         if block is None:
             block = _Block(kind)
             self._blocks[index] = block
-            self._order.append(index)
         return block
 
     def feed(self, chunk: Chunk) -> None:
@@ -66,16 +85,16 @@ class Assembler:
         FOLD_CHUNK[type(chunk)](self, chunk)
 
     def _text(self, chunk: TextDelta) -> None:
-        self._block(chunk.index, "text").parts.append(chunk.text)
+        _add(self._block(chunk.index, "text"), chunk.text)
         self.delivered = True
 
     def _reasoning(self, chunk: ReasoningDelta) -> None:
-        self._block(chunk.index, "reasoning").parts.append(chunk.text)
+        _add(self._block(chunk.index, "reasoning"), chunk.text)
         self.delivered = True
 
     def _arguments(self, chunk: ToolCallDelta) -> None:
         block = self._blocks.get(chunk.index) or self._block(chunk.index, "tool-call")
-        block.parts.append(chunk.arguments)
+        _add(block, chunk.arguments)
         self.delivered = True
 
     def _start(self, chunk: BlockStart) -> None:
@@ -107,12 +126,11 @@ class Assembler:
         """All delivered (text, reasoning), concatenated across blocks."""
         text: list[str] = []
         reasoning: list[str] = []
-        for index in self._order:
-            block = self._blocks[index]
+        for block in self._blocks.values():
             if block.kind == "text":
-                text.extend(block.parts)
+                text.append(block.joined())
             elif block.kind == "reasoning":
-                reasoning.extend(block.parts)
+                reasoning.append(block.joined())
         return "".join(text), "".join(reasoning)
 
     def has_cut_tool_call(self) -> bool:
@@ -122,8 +140,7 @@ class Assembler:
     def content(self) -> tuple[FrozenDict, ...]:
         """The message blocks: text/reasoning as delivered, complete tool calls only."""
         out: list[FrozenDict] = []
-        for index in self._order:
-            block = self._blocks[index]
+        for index, block in self._blocks.items():
             if block.kind == "tool-call":
                 if not block.ended or not block.name:
                     continue
@@ -132,11 +149,11 @@ class Assembler:
                         type="tool-call",
                         call_id=block.call_id or f"call-{index}",
                         name=block.name,
-                        arguments="".join(block.parts),
+                        arguments=block.joined(),
                     )
                 )
                 continue
-            text = "".join(block.parts)
+            text = block.joined()
             if not text and block.metadata is None:
                 continue
             if block.metadata is not None:

@@ -15,10 +15,11 @@ import itertools
 import json
 import re
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, final
+from typing import TYPE_CHECKING, Any, Literal, cast, final
 
 import attrs
 import trio
+from msgspec import Struct
 
 from .._frozen import json_default
 from .base import (
@@ -245,38 +246,89 @@ class ScriptedModel:
             object.__setattr__(reply, "_plan", plan)
         return plan
 
-    async def _stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:
-        if self.record:
-            self.requests.append(request)
-        reply = self._take(request)
-        plan = self._plan(reply)
-        latency = self.latency
-        checkpoint = trio.lowlevel.checkpoint
-        for chunk, pause in plan.head:
-            if pause:
-                if latency > 0:
-                    await trio.sleep(latency)
-                else:
-                    await checkpoint()
-            yield chunk
-        if reply.kind == "hang":
-            await trio.sleep_forever()
-        if reply.kind == "error":
-            yield plan.finish
-            return
-        for index, name, call_id, delta, end in plan.calls:
-            cid = call_id or self._new_call_id()
-            yield make_tool_call_start(index, cid, name)
-            if delta is not None:
-                if latency > 0:
-                    await trio.sleep(latency)
-                else:
-                    await checkpoint()
-                yield delta
-            if end is not None:
-                yield end
-        yield UsageChunk(reply.usage or _usage(request, plan))
-        yield plan.finish
+    def _stream(self, request: ModelRequest) -> AsyncIterator[Chunk]:
+        return _ScriptedStream(self, request)
+
+
+@final
+class _ScriptedStream(Struct, gc=False, eq=False):
+    """One scripted stream: its reply's plan, step by step, pausing where the plan says.
+
+    The request is recorded and the reply taken on the first ``__anext__`` (when an async
+    generator's body would start). A class rather than an async generator, and not GC-tracked
+    (a ``msgspec.Struct`` declared ``gc=False``; it refers to its model, request, reply and plan,
+    none of which refers back): with thousands of agents mid-stream, what a stream holds outlives
+    many collections of the young generations, and an async generator adds four tracked objects
+    (itself, its ``asend``, its frame's iterator, and the weak reference trio's async-generator
+    hooks keep to it) plus a Python-level ``WeakSet`` update at its start and end.
+    """
+
+    _model: ScriptedModel
+    _request: ModelRequest
+    _reply: Reply | None = None
+    _plan: _Plan | None = None
+    _pos: int = 0
+    """Steps of the plan taken so far; -1 once the stream ended or was closed."""
+
+    def __aiter__(self) -> _ScriptedStream:
+        return self
+
+    async def __anext__(self) -> Chunk:
+        plan = self._plan
+        if plan is None:
+            plan = self._start()
+        pos = self._pos
+        steps = plan.steps
+        if pos < 0 or pos >= len(steps):
+            self._pos = -1
+            raise StopAsyncIteration
+        self._pos = pos + 1
+        op, value = steps[pos]
+        if op is _CHUNK:
+            return value  # type: ignore[return-value]
+        model = self._model
+        if op is _PAUSED:
+            # Inline, not a helper, and a checkpoint in its two halves (a schedule point, then
+            # a cancel point, as ``trio.lowlevel.checkpoint`` does them): a coroutine frame
+            # less alive while the stream waits for its turn.
+            if model.latency > 0:
+                await trio.sleep(model.latency)
+            else:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                await trio.lowlevel.checkpoint_if_cancelled()
+            return value  # type: ignore[return-value]
+        if op is _START:
+            index, name, call_id = cast("tuple[int, str, str | None]", value)
+            return make_tool_call_start(index, call_id or model._new_call_id(), name)
+        if op is _USAGE:
+            reply = self._reply
+            assert reply is not None
+            return UsageChunk(reply.usage or _usage(self._request, plan))
+        await trio.sleep_forever()  # _HANG
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _start(self) -> _Plan:
+        """Record the request and take the reply (the first ``__anext__``)."""
+        if self._pos < 0:  # closed before it started
+            raise StopAsyncIteration
+        model, request = self._model, self._request
+        if model.record:
+            model.requests.append(request)
+        reply = self._reply = model._take(request)
+        plan = self._plan = model._plan(reply)
+        return plan
+
+    async def aclose(self) -> None:
+        """End the stream (nothing to release)."""
+        self._pos = -1
+
+
+# What a plan's step does: give a chunk; pause, then give it; start a tool call (a new call id
+# when the script names none); give the usage (the request's estimate unless the reply names
+# one); hang forever.
+_CHUNK, _PAUSED, _START, _USAGE, _HANG = "chunk", "paused", "start", "usage", "hang"
+
+_Step = tuple[str, object]
 
 
 _CallPlan = tuple[int, str, "str | None", "ToolCallDelta | None", "BlockEnd | None"]
@@ -285,23 +337,23 @@ _CallPlan = tuple[int, str, "str | None", "ToolCallDelta | None", "BlockEnd | No
 class _Plan:
     """The chunks of one ``Reply`` that do not depend on the request, built once."""
 
-    __slots__ = ("call_chars", "calls", "finish", "head", "out_words")
+    __slots__ = ("call_chars", "calls", "finish", "out_words", "steps")
 
     def __init__(self, reply: Reply) -> None:
-        head: list[tuple[Chunk, bool]] = []
+        head: list[_Step] = []
         index = 0
         out_words = 0
         for kind, text in (("reasoning", reply.thinking or ""), ("text", reply.content)):
             words = _split_words(text)
             if not words:
                 continue
-            head.append((BlockStart(index, kind), False))  # type: ignore[arg-type]
+            head.append((_CHUNK, BlockStart(index, kind)))  # type: ignore[arg-type]
             for word in words:
                 chunk: Chunk = (
                     ReasoningDelta(index, word) if kind == "reasoning" else TextDelta(index, word)
                 )
-                head.append((chunk, True))
-            head.append((BlockEnd(index), False))
+                head.append((_PAUSED, chunk))
+            head.append((_CHUNK, BlockEnd(index)))
             out_words += len(words)
             index += 1
         calls: list[_CallPlan] = []
@@ -312,7 +364,6 @@ class _Plan:
         if reply.cut_tool_call is not None:
             name, raw = reply.cut_tool_call
             calls.append((index, name, None, ToolCallDelta(index, raw) if raw else None, None))
-        self.head = tuple(head)
         self.calls = tuple(calls)
         self.out_words = out_words
         self.call_chars = sum(len(raw) for _, raw, _ in reply.calls)
@@ -324,6 +375,27 @@ class _Plan:
             self.finish = Finish("tool-calls", stop_reason="tool_calls")
         else:
             self.finish = Finish("stop", stop_reason="stop")
+        self.steps = (*head, *_tail(reply, self.calls, self.finish))
+        """What a stream of the reply does, step by step (``_ScriptedStream``): its text and
+        reasoning word by word (a pause before each word), then what ``_tail`` adds."""
+
+
+def _tail(reply: Reply, calls: Sequence[_CallPlan], finish: Finish) -> tuple[_Step, ...]:
+    """What a stream of ``reply`` gives after its text: calls, usage, finish (or hangs)."""
+    if reply.kind == "hang":
+        return ((_HANG, None),)
+    if reply.kind == "error":
+        return ((_CHUNK, finish),)
+    tail: list[_Step] = []
+    for index, name, call_id, delta, end in calls:
+        tail.append((_START, (index, name, call_id)))
+        if delta is not None:
+            tail.append((_PAUSED, delta))
+        if end is not None:
+            tail.append((_CHUNK, end))
+    tail.append((_USAGE, None))
+    tail.append((_CHUNK, finish))
+    return tuple(tail)
 
 
 def _usage(request: ModelRequest, plan: _Plan) -> Usage:

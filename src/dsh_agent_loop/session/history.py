@@ -14,6 +14,7 @@ views handed out earlier keep what they showed. Sans-I/O.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from itertools import islice
 from typing import Any, ClassVar, final, overload
 
 from msgspec import Struct, field
@@ -25,14 +26,17 @@ __all__ = ["MessagesView", "SurfaceProjection", "message_text"]
 
 
 @final
-class MessagesView(Sequence[FrozenDict]):
-    """An immutable view of the first ``n`` messages of an append-only list."""
+class MessagesView(Struct, gc=False, eq=False):
+    """An immutable view of the first ``n`` messages of an append-only list.
 
-    __slots__ = ("_items", "_n")
+    A read-only ``Sequence`` (registered as one): ``len``, indexing and slicing, iteration,
+    ``in``, ``reversed``, ``index``, ``count``, and ``==`` with any sequence. Not GC-tracked (a
+    ``msgspec.Struct`` declared ``gc=False``): a request holds one for as long as its model
+    streams, and it refers only to the message list, which never refers back.
+    """
 
-    def __init__(self, items: list[FrozenDict], n: int) -> None:
-        self._items = items
-        self._n = n
+    _items: list[FrozenDict]
+    _n: int
 
     def __len__(self) -> int:
         return self._n
@@ -53,9 +57,30 @@ class MessagesView(Sequence[FrozenDict]):
         return self._items[index]
 
     def __iter__(self) -> Iterator[FrozenDict]:
+        return islice(self._items, self._n)  # C-speed; the list only grows past _n
+
+    def __reversed__(self) -> Iterator[FrozenDict]:
         items = self._items
-        for i in range(self._n):
+        for i in range(self._n - 1, -1, -1):
             yield items[i]
+
+    def __contains__(self, value: object) -> bool:
+        return any(m is value or m == value for m in self)
+
+    def index(self, value: object, start: int = 0, stop: int | None = None) -> int:
+        """The position of the first message equal to ``value`` (``ValueError`` if none)."""
+        n = self._n
+        start = max(start + n, 0) if start < 0 else start
+        stop = n if stop is None else (stop + n if stop < 0 else min(stop, n))
+        items = self._items
+        for i in range(start, stop):
+            if items[i] is value or items[i] == value:
+                return i
+        raise ValueError("message not in view")
+
+    def count(self, value: object) -> int:
+        """How many messages equal ``value``."""
+        return sum(1 for m in self if m is value or m == value)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Sequence):
@@ -66,6 +91,9 @@ class MessagesView(Sequence[FrozenDict]):
 
     def __repr__(self) -> str:
         return f"MessagesView({list(self)!r})"
+
+
+Sequence.register(MessagesView)
 
 
 def message_text(message: FrozenDict) -> str:
@@ -160,6 +188,7 @@ class SurfaceProjection(Struct, gc=False):
             )
         return list(self._nodes)
 
-    def messages(self) -> MessagesView:
-        """The derived history now (an O(1) immutable view)."""
-        return MessagesView(self._messages, len(self._messages))
+    def messages(self) -> Sequence[FrozenDict]:
+        """The derived history now (an O(1) immutable view: a ``MessagesView``)."""
+        # (a registered Sequence, which type checkers don't see)
+        return MessagesView(self._messages, len(self._messages))  # type: ignore[return-value]

@@ -14,7 +14,7 @@ from typing import Any, Protocol, final
 
 from .._frozen import FrozenDict, freeze
 from ..events import DURABLE_TYPES, SURFACE_TYPES, Event, _new_event
-from .history import MessagesView, SurfaceProjection
+from .history import SurfaceProjection
 from .projections import InboxProjection, LoopState
 from .records import SHARED_PAYLOAD_TYPES, RecordCache
 
@@ -284,7 +284,7 @@ class Session:
         """Seq of the newest event, or -1."""
         return len(self._events) - 1
 
-    def derive_messages(self) -> MessagesView:
+    def derive_messages(self) -> Sequence[FrozenDict]:
         """The model-facing messages in log order (replacements applied)."""
         return self.surface.messages()
 
@@ -313,7 +313,7 @@ class SessionView:
         """A copy of the log."""
         return self._session.events
 
-    def derive_messages(self) -> MessagesView:
+    def derive_messages(self) -> Sequence[FrozenDict]:
         """The model-facing messages."""
         return self._session.derive_messages()
 

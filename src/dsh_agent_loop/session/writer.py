@@ -57,6 +57,8 @@ CLOSE_TIMEOUT = 10.0
 COMMIT_DELAY = 0.05
 #: Pending events that trigger a commit without waiting for a barrier.
 BATCH_LIMIT = 512
+#: Sessions of one runtime whose writers close their (suspending) handles at the same time.
+CLOSE_CONCURRENCY = 256
 
 
 def as_store_error(exc: BaseException) -> StoreError:
@@ -108,6 +110,7 @@ class CommitTimer:
     """
 
     __slots__ = (
+        "_closes",
         "_dirty",
         "_lot",
         "commit_delay",
@@ -117,6 +120,19 @@ class CommitTimer:
         self.commit_delay = commit_delay
         self._dirty: dict[SessionWriter, None] = {}
         self._lot = Wakeup()
+        self._closes: trio.CapacityLimiter | None = None
+
+    @property
+    def closes(self) -> trio.CapacityLimiter:
+        """Bounds the writers of this runtime closing a suspending handle at once.
+
+        Disposing 100,000 agents at once would otherwise make 100,000 closes runnable
+        together: every await of every close then waits for all the others' turns, and each
+        close's ``close_timeout`` runs out while it waits for the scheduler, not the store.
+        """
+        if self._closes is None:
+            self._closes = trio.CapacityLimiter(CLOSE_CONCURRENCY)
+        return self._closes
 
     def note(self, writer: SessionWriter) -> None:
         """``writer`` has pending events (called on its first append after a commit)."""
@@ -333,9 +349,7 @@ class SessionWriter:
         finally:
             self._idle_scope = None
             try:
-                # one scope, shielded and bounded (a scope each is a cost per agent at exit)
-                with trio.CancelScope(shield=True, deadline=trio.current_time() + CLOSE_TIMEOUT):
-                    await self._final_commit_and_close()
+                await self._close_bounded()
             except Exception as exc:  # reported by whoever closes the writer
                 if self._failure is None:
                     self._failure = as_store_error(exc)
@@ -435,6 +449,23 @@ class SessionWriter:
         done, self._commit_done = self._commit_done, None
         if done is not None:
             done.set()
+
+    async def _close_bounded(self) -> None:
+        """Final commit and close, shielded and bounded by ``CLOSE_TIMEOUT``.
+
+        A handle that may suspend first waits (shielded) for a place among the runtime's
+        ``CommitTimer.closes``; the bound starts once it has one.
+        """
+        if self._inline or self._timer is None:
+            # one scope, shielded and bounded (a scope each is a cost per agent at exit)
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + CLOSE_TIMEOUT):
+                await self._final_commit_and_close()
+            return
+        closes = self._timer.closes
+        with trio.CancelScope(shield=True):
+            async with closes:
+                with trio.move_on_after(CLOSE_TIMEOUT):
+                    await self._final_commit_and_close()
 
     async def _final_commit_and_close(self) -> None:
         if self._failure is None and (

@@ -22,6 +22,7 @@ rounds above, a batch that ends wakes only the tasks it carried and the next lea
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Hashable
 from itertools import islice
 from typing import Final, Generic, TypeVar, final
@@ -119,6 +120,8 @@ class _Pending(Generic[K]):
     item: K
     woken: trio.Event = attrs.Factory(trio.Event)
     done: bool = False
+    gone: bool = False
+    """Its task left (cancelled) while a batch that carried it ran: never queue it again."""
 
 
 @final
@@ -130,6 +133,11 @@ class Batches(Generic[K]):
     the tasks whose items it carried wake, and one more: the oldest still queued, to lead the
     next batch. So 100,000 items submitted at once cost about 100,000 wake-ups in all, not
     one per waiting task per batch.
+
+    A task cancelled while its item waits in the queue takes the item out. Cancelled while a
+    batch that carries it runs, it leaves at once (the batch still settles the item; what the
+    item then means is the caller's business), and should that batch turn out not to have
+    run, the item is not queued again: nobody waits for it.
 
     Args:
         run: Runs one batch; it settles each item itself (results, errors). It may raise only
@@ -143,21 +151,46 @@ class Batches(Generic[K]):
         self._limit = limit
         self._queue: dict[K, _Pending[K]] = {}
         self._leading = False
+        self._progress_at = -math.inf
+        """When a batch last started or ended (``trio.current_time()``)."""
 
-    async def submit(self, item: K) -> None:
-        """Return once a batch that carried ``item`` has run (cancelled before: not run)."""
+    async def submit(self, item: K, patience: float | None = None) -> None:
+        """Return once a batch that carried ``item`` has run (cancelled before: not run).
+
+        With ``patience``, waiting for other tasks' batches gives up (``trio.TooSlowError``,
+        like a cancel) once no batch has started or ended for ``patience`` seconds: a long
+        queue that moves is waited for, a stuck batch is not. Leading a batch (waiting for
+        the store, then running it) gives up after ``patience`` seconds too.
+        """
         pending = _Pending(item)
         self._queue[item] = pending
         try:
             while not pending.done:
                 if self._leading:
-                    await pending.woken.wait()  # its batch ran, or it leads the next one
+                    if patience is None:
+                        await pending.woken.wait()  # its batch ran, or it leads the next one
+                    else:
+                        await self._wait_patiently(pending.woken, patience)
                     pending.woken = trio.Event()
-                else:
+                elif patience is None:
                     await self._lead()
+                else:
+                    with trio.fail_after(patience):
+                        await self._lead()
         finally:
-            if self._queue.pop(item, None) is not None and not self._leading:
-                self._wake_next()  # (it may have been the one woken to lead)
+            if self._queue.pop(item, None) is not None:
+                if not self._leading:
+                    self._wake_next()  # (it may have been the one woken to lead)
+            elif not pending.done:  # in a running batch: should it not run, drop it
+                pending.gone = True
+
+    async def _wait_patiently(self, woken: trio.Event, patience: float) -> None:
+        while True:
+            with trio.move_on_at(self._progress_at + patience):
+                await woken.wait()
+                return
+            if trio.current_time() >= self._progress_at + patience:
+                raise trio.TooSlowError  # no batch started or ended for ``patience`` seconds
 
     async def _lead(self) -> None:
         queue = self._queue
@@ -165,14 +198,17 @@ class Batches(Generic[K]):
         for pending in batch:
             del queue[pending.item]
         self._leading = True
+        self._progress_at = trio.current_time()
         try:
             await self._run([pending.item for pending in batch])
         except BaseException:  # it did not run: the items wait for the next batch
-            for pending in batch:
-                queue[pending.item] = pending
+            for pending in batch:  # (those whose task has left: nobody waits for them)
+                if not pending.gone:
+                    queue[pending.item] = pending
             raise
         finally:
             self._leading = False
+            self._progress_at = trio.current_time()
             self._wake_next()
         for pending in batch:
             pending.done = True
@@ -198,16 +234,20 @@ class GroupRelease(Generic[R]):
         self._release = release
         self._batches = Batches[Staging[R]](self._run, limit=limit)
 
-    async def release(self, staging: Staging[R]) -> None:
+    async def release(self, staging: Staging[R], patience: float | None = None) -> None:
         """Give ``staging``'s ownership up, in a transaction of its own or in a shared one.
 
-        Cancelled before its transaction ran, the session stays owned.
+        Cancelled before its transaction ran, the session stays owned. ``patience``: see
+        ``Batches.submit`` (100,000 handles closing at once queue behind each other's
+        transactions for longer than any one close may take, yet never stall).
 
         Raises:
             StoreError: the transaction that carried this session failed.
+            trio.TooSlowError: no transaction started or ended for ``patience`` seconds while
+                this one waited (the session stays owned).
         """
         staging.release_error = None
-        await self._batches.submit(staging)
+        await self._batches.submit(staging, patience)
         error, staging.release_error = staging.release_error, None
         if error is not None:
             raise error

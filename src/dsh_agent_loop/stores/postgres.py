@@ -153,8 +153,11 @@ class _PgBackend:
         if not await self._pool.run_again(renew, sid=sid):
             raise staging.fail(pg.lost(sid))
 
-    async def release(self, staging: _PgStaging) -> None:
-        """Give the lease up; remove the session if nothing of it was stored."""
+    async def release(self, staging: _PgStaging, patience: float) -> None:
+        """Give the lease up; remove the session if nothing of it was stored.
+
+        Each release is its own statement: ``patience`` bounds all of it.
+        """
         release = partial(
             pg.release,
             sid=staging.session_id,
@@ -162,7 +165,8 @@ class _PgBackend:
             epoch=staging.epoch,
             drop_if_empty=staging.stored_count == 0,
         )
-        await self._pool.run_again(release, any_error=True, sid=staging.session_id)
+        with trio.fail_after(patience):
+            await self._pool.run_again(release, any_error=True, sid=staging.session_id)
 
 
 @final

@@ -240,8 +240,8 @@ async def test_release_drops_an_empty_session_and_keeps_a_stored_one(setup: Setu
     empty = await setup.session("empty")
     kept = await setup.session("kept", ev(0))
     await setup.backend.flush(kept)
-    await setup.backend.release(empty)
-    await setup.backend.release(kept)
+    await setup.backend.release(empty, 10.0)
+    await setup.backend.release(kept, 10.0)
 
     def rows(conn: sqlite3.Connection) -> tuple[list[Any], list[Any]]:
         owners = conn.execute("SELECT session_id FROM owners").fetchall()

@@ -66,13 +66,14 @@ class SqliteBackend:
         """No lease: the owner row lasts until released."""
         await trio.lowlevel.checkpoint()
 
-    async def release(self, staging: SqliteStaging) -> None:
+    async def release(self, staging: SqliteStaging, patience: float) -> None:
         """Delete the owner row (and the session, if nothing of it was stored).
 
-        Releases that queue meanwhile share one transaction (``GroupRelease``).
+        Releases that queue meanwhile share one transaction (``GroupRelease``); ``patience``
+        bounds a wait during which no transaction starts or ends.
         """
         self._group.forget(staging)
-        await self._releases.release(staging)
+        await self._releases.release(staging, patience)
 
     async def _release_batch(self, batch: list[SqliteStaging]) -> None:
         releases = [(s.session_id, s.token, s.stored_count == 0) for s in batch]

@@ -53,11 +53,13 @@ from .._rows import (
 
 __all__ = [
     "SCHEMA",
+    "Claim",
     "Owner",
     "Release",
     "Row",
     "Work",
     "acquire",
+    "acquire_many",
     "commit",
     "delete",
     "event_row",
@@ -268,6 +270,11 @@ def _owned_error(session_id: str, host: str, pid: int) -> SessionAlreadyOwnedErr
     return SessionAlreadyOwnedError(f"session {session_id!r} is owned by {owner}", owner=owner)
 
 
+Claim = tuple[str, str, Mapping[str, Any] | None]
+"""One ownership claim: session id, owner token, and the header of a session to create (None:
+open the stored session)."""
+
+
 def acquire(
     conn: sqlite3.Connection, sid: str, me: Owner, token: str, header: Mapping[str, Any] | None
 ) -> tuple[int, str]:
@@ -277,39 +284,82 @@ def acquire(
     that already carries ``token`` is this very claim.
     """
     with _immediate(conn):
-        row = conn.execute(f"SELECT {_COUNT} FROM sessions WHERE session_id=?", (sid,)).fetchone()
-        if header is not None and row is not None and row[0] > 0:
-            raise SessionAlreadyExistsError(f"session {sid!r} already exists")
-        owner = conn.execute(
-            "SELECT token, host, pid, start_time FROM owners WHERE session_id=?", (sid,)
-        ).fetchone()
-        if owner is not None and owner[0] != token and _owner_alive(me, *owner[1:]):
-            raise _owned_error(sid, owner[1], owner[2])
-        if header is None:
-            if row is None or row[0] == 0:
-                raise SessionNotFoundError(f"session {sid!r} not found")
-            count = int(row[0])
-            header_json = str(
-                conn.execute("SELECT header FROM sessions WHERE session_id=?", (sid,)).fetchone()[0]
-            )
-        else:  # reclaim whatever a never-flushed earlier create left behind
-            header_json = text_json(header)
-            conn.execute("DELETE FROM events WHERE session_id=?", (sid,))
-            conn.execute("DELETE FROM sessions WHERE session_id=?", (sid,))
-            conn.execute(
-                "INSERT INTO sessions (session_id, agent_id, created_at, header) VALUES (?,?,?,?)",
-                (
-                    sid,
-                    escape_surrogates(str(header.get("agent_id", ""))),
-                    escape_surrogates(str(header.get("created_at", ""))),
-                    header_json,
-                ),
-            )
-            count = 0
-        conn.execute(
-            "INSERT OR REPLACE INTO owners VALUES (?,?,?,?,?,?)",
-            (sid, token, me.host, me.pid, me.start_time, time.time()),
+        return _claim(conn, me, now=time.time(), sid=sid, token=token, header=header)
+
+
+def acquire_many(
+    conn: sqlite3.Connection, me: Owner, claims: Sequence[Claim]
+) -> list[tuple[int, str] | Exception]:
+    """``acquire`` for several claims in one transaction, each to its own outcome.
+
+    Each claim runs inside a savepoint: one that is refused (``SessionAlreadyExistsError``,
+    ``SessionAlreadyOwnedError``, ``SessionNotFoundError``) or fails for a reason other than a
+    database error (a header that cannot be encoded) is rolled back to it and returned as its
+    exception; the others commit. A database error aborts the whole transaction and propagates
+    (every claim is then untaken, or left to ``settle`` when it came from ``COMMIT``).
+    Idempotent per token, like ``acquire``.
+    """
+    results: list[tuple[int, str] | Exception] = []
+    execute, now = conn.execute, time.time()
+    with _immediate(conn):
+        for sid, token, header in claims:
+            execute("SAVEPOINT claim")
+            try:
+                results.append(_claim(conn, me, now=now, sid=sid, token=token, header=header))
+            except sqlite3.Error:
+                raise
+            except Exception as exc:
+                execute("ROLLBACK TO claim")
+                results.append(exc)
+            execute("RELEASE claim")
+    return results
+
+
+def _claim(
+    conn: sqlite3.Connection,
+    me: Owner,
+    *,
+    now: float,
+    sid: str,
+    token: str,
+    header: Mapping[str, Any] | None,
+) -> tuple[int, str]:
+    """One claim of ``acquire``, inside the caller's transaction (refusals write nothing)."""
+    execute = conn.execute
+    row = execute(f"SELECT {_COUNT} FROM sessions WHERE session_id=?", (sid,)).fetchone()
+    if header is not None and row is not None and row[0] > 0:
+        raise SessionAlreadyExistsError(f"session {sid!r} already exists")
+    owner = execute(
+        "SELECT token, host, pid, start_time FROM owners WHERE session_id=?", (sid,)
+    ).fetchone()
+    if owner is not None and owner[0] != token and _owner_alive(me, *owner[1:]):
+        raise _owned_error(sid, owner[1], owner[2])
+    if header is None:
+        if row is None or row[0] == 0:
+            raise SessionNotFoundError(f"session {sid!r} not found")
+        count = int(row[0])
+        header_json = str(
+            execute("SELECT header FROM sessions WHERE session_id=?", (sid,)).fetchone()[0]
         )
+    else:  # reclaim whatever a never-flushed earlier create left behind
+        header_json = text_json(header)
+        execute("DELETE FROM events WHERE session_id=?", (sid,))
+        if row is not None:
+            execute("DELETE FROM sessions WHERE session_id=?", (sid,))
+        execute(
+            "INSERT INTO sessions (session_id, agent_id, created_at, header) VALUES (?,?,?,?)",
+            (
+                sid,
+                escape_surrogates(str(header.get("agent_id", ""))),
+                escape_surrogates(str(header.get("created_at", ""))),
+                header_json,
+            ),
+        )
+        count = 0
+    execute(
+        "INSERT OR REPLACE INTO owners VALUES (?,?,?,?,?,?)",
+        (sid, token, me.host, me.pid, me.start_time, now),
+    )
     return count, header_json
 
 

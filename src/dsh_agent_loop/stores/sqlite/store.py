@@ -6,8 +6,9 @@ transactions themselves live in ``_sync``, the commit path in ``_commit``, the b
 checkpoint in ``_checkpoint``; this module wires them together behind ``SessionStore``.
 
 Ownership is an ``owners`` row per session: (host, pid, process start time, random token).
-Taking it happens in one ``BEGIN IMMEDIATE`` transaction, so exactly one of several racing
-processes wins. An owner whose process is gone, or whose pid now names a process with a
+Taking it happens in a ``BEGIN IMMEDIATE`` transaction, so exactly one of several racing
+processes wins; claims made concurrently in this process share one (``_claims``), each with
+its own outcome. An owner whose process is gone, or whose pid now names a process with a
 different start time, is dead and is replaced at once; an owner in this same process is
 live (two handles on one session conflict here too).
 
@@ -36,6 +37,7 @@ from .._handles import RELEASE_GRACE, StagedWriteHandle, StoreReadHandle
 from .._rows import load_header
 from . import _sync as sql
 from ._checkpoint import WalCheckpointer
+from ._claims import Claims
 from ._commit import SqliteBackend, SqliteStaging
 from ._connections import Connections
 
@@ -86,6 +88,7 @@ class SqliteStore:
         )
         self._checkpointer = WalCheckpointer(self._connections)
         self._backend = SqliteBackend(self._connections, self._checkpointer)
+        self._claims = Claims(self._connections, self._whoami)
         self._me: sql.Owner | None = None
 
     async def __aenter__(self) -> SqliteStore:
@@ -134,13 +137,16 @@ class SqliteStore:
             SessionAlreadyOwnedError: a live writer holds the (not yet flushed) id.
         """
         frozen = freeze(header)
-        sid = str(frozen["session_id"])
-        me, token = await self._whoami(), secrets.token_hex(16)
-        acquire = partial(sql.acquire, sid=sid, me=me, token=token, header=frozen)
-        await self._connections.on_writer(acquire)
+        sid, token = str(frozen["session_id"]), secrets.token_hex(16)
+        await self._claims.claim(sid, token, frozen)
         handle = self._handle(sid, frozen, token, 0)
         if inherited_events:
-            await handle.append(list(inherited_events))
+            try:
+                await handle.append(list(inherited_events))
+            except BaseException:  # nobody gets the handle: give the ownership back
+                with contextlib.suppress(StoreError):
+                    await handle.abort()
+                raise
         return handle
 
     @overload
@@ -160,9 +166,8 @@ class SqliteStore:
         if mode == "read":
             header = await connections.on_reader(partial(sql.header, sid=session_id))
             return StoreReadHandle(session_id, header, partial(self._read_range, session_id))
-        me, token = await self._whoami(), secrets.token_hex(16)
-        acquire = partial(sql.acquire, sid=session_id, me=me, token=token, header=None)
-        count, header_json = await connections.on_writer(acquire)
+        token = secrets.token_hex(16)
+        count, header_json = await self._claims.claim(session_id, token, None)
         try:
             header = load_header(header_json, session_id)
         except StoreError:  # corrupt: give the ownership just taken back
