@@ -37,7 +37,17 @@ from dsh_agent_loop.session.store import SessionStore
 from dsh_agent_loop.stores.memory import MemoryStore
 from dsh_agent_loop.tools.base import tool
 
-__all__ = ["main", "noop", "print_table", "reference_loop", "rows", "run_loop_bench", "w1", "w3"]
+__all__ = [
+    "main",
+    "noop",
+    "print_table",
+    "reference_loop",
+    "report",
+    "rows",
+    "run_loop_bench",
+    "w1",
+    "w3",
+]
 
 
 @tool
@@ -345,20 +355,32 @@ def print_table(title: str, table: list[tuple[str, str, str, str, str]]) -> None
     Console(width=max(120, Console().width)).print(t)
 
 
+def report(
+    title: str,
+    table: list[tuple[str, str, str, str, str]],
+    result: dict[str, Any],
+    json_path: str | None,
+) -> None:
+    """Print ``table`` under ``title``; with ``json_path``, write ``result`` there as JSON."""
+    import json
+
+    print_table(title, table)
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m dsh_agent_loop.bench.loop [--quick] [--json PATH]``."""
     import argparse
-    import json
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="W3 at 1,000 agents only")
     parser.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     args = parser.parse_args(argv)
     result = run_loop_bench(quick=args.quick)
-    print_table("loop benchmark (pure-trio reference measured in the same run)", rows(result))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
+    title = "loop benchmark (pure-trio reference measured in the same run)"
+    report(title, rows(result), result, args.json)
     return 0
 
 

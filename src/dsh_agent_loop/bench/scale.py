@@ -38,7 +38,7 @@ from typing import Any
 import trio
 
 from dsh_agent_loop.agent.options import AgentOptions
-from dsh_agent_loop.bench.loop import print_table, reference_loop
+from dsh_agent_loop.bench.loop import reference_loop, report
 from dsh_agent_loop.llm.base import ModelRequest
 from dsh_agent_loop.llm.scripted import Reply, ScriptedModel
 from dsh_agent_loop.runtime import open_runtime
@@ -322,10 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         title += ", rt.gc_freeze() after creation"
     if args.gc_threshold is not None:
         title += f", gen-0 threshold {args.gc_threshold:,}"
-    print_table(title, list(scale_rows(result)))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
+    report(title, list(scale_rows(result)), result, args.json)
     return 0
 
 

@@ -40,7 +40,7 @@ from typing import Any
 import outcome
 import trio
 
-from dsh_agent_loop.bench.loop import print_table, w1
+from dsh_agent_loop.bench.loop import report, w1
 from dsh_agent_loop.events import Event, event_to_json
 from dsh_agent_loop.session.store import SessionStore, WriteHandle
 from dsh_agent_loop.stores.memory import MemoryStore
@@ -445,10 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     args = parser.parse_args(argv)
     result = run_store_bench(quick=args.quick)
-    print_table("store benchmark (references measured in the same run)", rows(result))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
+    report("store benchmark (references measured in the same run)", rows(result), result, args.json)
     return 0
 
 
