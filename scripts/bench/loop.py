@@ -15,13 +15,24 @@ from dsh_agent_loop.bench.loop import (
     noop,
     print_table,
     reference_loop,
+    report,
     rows,
     run_loop_bench,
     w1,
     w3,
 )
 
-__all__ = ["main", "noop", "print_table", "reference_loop", "rows", "run_loop_bench", "w1", "w3"]
+__all__ = [
+    "main",
+    "noop",
+    "print_table",
+    "reference_loop",
+    "report",
+    "rows",
+    "run_loop_bench",
+    "w1",
+    "w3",
+]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -25,9 +25,9 @@ from dsh_agent_loop.bench.scale import (
     measure,
     noop,
     ours,
-    print_table,
     reference,
     reference_loop,
+    report,
     run_scale_bench,
     scale_rows,
 )
@@ -47,9 +47,9 @@ __all__ = [
     "measure",
     "noop",
     "ours",
-    "print_table",
     "reference",
     "reference_loop",
+    "report",
     "run_scale_bench",
     "scale_rows",
 ]
