@@ -348,3 +348,15 @@ async def test_a_replacement_that_shadows_node_0_is_caught(autojump_clock):
         surface_op={"op": "replace", "start_seq": user.seq, "end_seq": user.seq},
     )
     assert invariants.check([*events, good]) == []
+
+
+async def test_many_unknown_types_leave_the_checker_s_per_type_table_bounded(autojump_clock):
+    events = await real_log()
+    hostile = [
+        Event(f"future/t{i}", len(events) + i, 0.0, {}, ignorable=i % 2 == 0) for i in range(400)
+    ]
+    found = invariants.check([*events, *hostile])
+    assert [v.seq for v in found] == [e.seq for e in hostile if not e.ignorable]
+    assert {v.kind for v in found} == {"unknown-type"}
+    # what the checker works out per type is kept for durable types only
+    assert set(invariants._KINDS) <= set(invariants.DURABLE_TYPES)

@@ -26,6 +26,7 @@ It reports, as ``Violation`` records (an empty list means well formed):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import islice
 from typing import final
 
 import attrs
@@ -82,10 +83,8 @@ class _RequestScan:
     def extend(self, messages: Sequence[object], start: int) -> None:
         """Fold ``messages[start:]`` (``start`` is the number already folded)."""
         problems, outstanding = self.problems, self.outstanding
-        for i in range(start, len(messages)):
-            message = messages[i]
+        for i, message in enumerate(islice(messages, start, None), start):
             role = message["role"]  # type: ignore[index]
-            content = message["content"]  # type: ignore[index]
             if role == "tool":
                 call_id = message["call_id"]  # type: ignore[index]
                 if call_id not in outstanding:
@@ -99,7 +98,7 @@ class _RequestScan:
                 problems.append(f"message {i}: {role} message before the results of {ids}")
                 outstanding.clear()
             if role == "assistant":
-                for block in content:
+                for block in message["content"]:  # type: ignore[index]
                     if block["type"] == "tool-call":
                         outstanding[block["call_id"]] = i
         self.checked = len(messages)
@@ -124,26 +123,28 @@ class _Checker:
         self.out.append(Violation(kind, seq, message))
 
     def event(self, i: int, event: Event) -> None:
-        if event.seq != i:
-            self.add("seq", event.seq, f"expected seq {i}")
-        if event.type not in DURABLE_TYPES:
-            if not event.ignorable:
-                self.add("unknown-type", event.seq, f"unknown event type {event.type!r}")
-            return
-        if event.surface_op is not None and event.type not in SURFACE_TYPES:
-            self.add("surface-op", event.seq, f"surface_op on {event.type}")
-        handler = _HANDLERS.get(event.type)
-        if handler is None:
-            name = "_" + event.type.replace("/", "_").replace("-", "_")
-            handler = _HANDLERS[event.type] = getattr(_Checker, name, _Checker._other)
+        seq, t = event.seq, event.type
+        if seq != i:
+            self.add("seq", seq, f"expected seq {i}")
+        kind = _KINDS.get(t)
+        if kind is None:
+            if t not in DURABLE_TYPES:
+                if not event.ignorable:
+                    self.add("unknown-type", seq, f"unknown event type {t!r}")
+                return
+            kind = _KINDS[t] = _kind(t)
+        handler, surface = kind
+        op = event.surface_op
+        if op is not None and not surface:
+            self.add("surface-op", seq, f"surface_op on {t}")
         handler(self, event)
-        if event.type in SURFACE_TYPES:
-            if event.type != SYSTEM_MESSAGE and event.surface_op not in (None, "append"):
+        if surface:
+            if op is not None and op != "append" and t != SYSTEM_MESSAGE:
                 self._node_0(event)
             try:
                 self.surface.fold(event)
             except ValueError as exc:
-                self.add("surface-op", event.seq, str(exc))
+                self.add("surface-op", seq, str(exc))
 
     def _node_0(self, event: Event) -> None:
         """A replacement by a user/assistant/tool message must leave node 0 on the surface."""
@@ -216,15 +217,13 @@ class _Checker:
 
     def _assistant_message(self, event: Event) -> None:
         self._request_point(event)
+        expected = self.expected
         for block in event.data["message"]["content"]:
             if block["type"] == "tool-call":
-                if block["call_id"] in self.expected:
-                    self.add(
-                        "tool-call",
-                        event.seq,
-                        f"tool call id {block['call_id']!r} reused in a turn",
-                    )
-                self.expected[block["call_id"]] = event.seq  # type: ignore[assignment]
+                call_id = block["call_id"]
+                if call_id in expected:
+                    self.add("tool-call", event.seq, f"tool call id {call_id!r} reused in a turn")
+                expected[call_id] = event.seq  # type: ignore[assignment]
 
     def _assistant_attempt(self, event: Event) -> None:
         self._request_point(event)
@@ -286,8 +285,14 @@ class _Checker:
         return self.out
 
 
-#: ``_Checker`` handler by event type (looked up once per type, not once per event).
-_HANDLERS: dict[str, Callable[[_Checker, Event], None]] = {}
+#: Per durable event type: its ``_Checker`` handler and whether it is a surface type (worked
+#: out once per type, not once per event).
+_KINDS: dict[str, tuple[Callable[[_Checker, Event], None], bool]] = {}
+
+
+def _kind(event_type: str) -> tuple[Callable[[_Checker, Event], None], bool]:
+    name = "_" + event_type.replace("/", "_").replace("-", "_")
+    return getattr(_Checker, name, _Checker._other), event_type in SURFACE_TYPES
 
 
 def check(events: Sequence[Event], *, allow_open_turn: bool = True) -> list[Violation]:

@@ -169,7 +169,7 @@ async def main() -> None:
 
             class AckOnAppend:
                 def wake(self) -> None:
-                    for event in log._pending:
+                    for event in log.pending_events():
                         say(f"ACK {event.seq} {event.type}")
                     writer.wake()
 

@@ -94,6 +94,26 @@ def test_pending_events_are_taken_once_by_the_writer():
     assert len(session) == 3  # taking pending events does not remove them from the log
 
 
+def test_pending_events_follow_the_stored_ones_and_taking_them_leaves_no_list_behind():
+    source = new_session()
+    source.append(user("m-1", "a"), user("m-2", "b"))
+    session = new_session(source.events)  # resumed: two events already stored
+    assert (session.pending_count(), session.pending_events()) == (0, [])
+    first = session.add("turn/start", freeze({"turn": 1}))
+    (second,) = session.append(user("m-3", "c"))
+    assert session.pending_count() == 2
+    assert session.pending_events() == [first, second]
+    assert session.pending_events() == [first, second]  # reading them does not take them
+    batch = session.take_pending()
+    assert batch == [first, second]
+    assert (session.pending_count(), session.has_pending()) == (0, False)
+    batch.clear()  # the writer's batch is its own: the log keeps every event
+    assert session.events[2:] == [first, second]
+    assert [e.seq for e in session.take_pending()] == []
+    third = session.add("turn/end", freeze({"turn": 1, "reason": {"kind": "completed"}}))
+    assert session.take_pending() == [third]
+
+
 def test_appends_wake_the_writer_on_the_first_pending_event_and_at_the_wake_limit():
     session = new_session()
     wakes: list[int] = []

@@ -102,7 +102,7 @@ class Session:
         "_clock",
         "_events",
         "_extra",
-        "_pending",
+        "_taken",
         "header",
         "id",
         "inbox",
@@ -128,7 +128,10 @@ class Session:
         """The runtime's shared payloads: ``add`` appends an equal payload of the
         ``SHARED_PAYLOAD_TYPES`` written before (by any agent of the runtime) in its place."""
         self._events: list[Event] = []
-        self._pending: list[Event] | tuple[()] = ()  # () while none: no list per idle session
+        self._taken = 0
+        """Events before this index were handed to the writer; the rest are pending (no list
+        of pending events: one per step would outlive the step's yield and reach the oldest
+        generation of the collector)."""
         self._extra: list[Projection] | None = None
         self.waker: Waker | None = None
         """Set by the session writer (itself, not a bound method: one object less per
@@ -140,6 +143,7 @@ class Session:
         self.state = LoopState()
         for event in events:
             self._replay(event)
+        self._taken = len(self._events)
 
     # -- projections -------------------------------------------------------------------
     def register_projection(self, projection: Projection, *, replay: bool = True) -> None:
@@ -200,16 +204,13 @@ class Session:
             for projection in self._extra:
                 if projection.types is None or type in projection.types:
                     projection.fold(event)
-        self._events.append(event)
-        pending = self._pending
-        if pending:
-            pending.append(event)
-            if len(pending) >= self.wake_limit and self.waker is not None:
-                self.waker.wake()
-        else:
-            self._pending = [event]
-            if self.waker is not None:
-                self.waker.wake()
+        events = self._events
+        events.append(event)
+        waker = self.waker
+        if waker is not None:
+            pending = len(events) - self._taken
+            if pending == 1 or pending >= self.wake_limit:
+                waker.wake()
         return event
 
     def append(self, *events: Event) -> list[Event]:
@@ -226,13 +227,9 @@ class Session:
         self._check_surface_ops(stamped)
         if not stamped:
             return stamped
-        pending = self._pending
-        if not pending:
-            pending = self._pending = []
         for event in stamped:
             self._fold(event)
             self._events.append(event)
-            pending.append(event)
         if self.waker is not None:
             self.waker.wake()
         return stamped
@@ -259,12 +256,21 @@ class Session:
 
     def take_pending(self) -> list[Event]:
         """Hand the events not yet given to the store to the caller (the writer)."""
-        pending, self._pending = self._pending, ()
-        return pending if pending else []
+        events = self._events
+        taken, self._taken = self._taken, len(events)
+        return events[taken:]
 
     def has_pending(self) -> bool:
         """True when events wait for the writer."""
-        return bool(self._pending)
+        return len(self._events) > self._taken
+
+    def pending_count(self) -> int:
+        """How many events wait for the writer."""
+        return len(self._events) - self._taken
+
+    def pending_events(self) -> list[Event]:
+        """The events waiting for the writer (a copy; they stay pending)."""
+        return self._events[self._taken :]
 
     # -- reading -------------------------------------------------------------------------
     @property

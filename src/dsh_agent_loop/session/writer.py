@@ -236,7 +236,7 @@ class SessionWriter:
         self._idle_scope: trio.CancelScope | None = None
         # Events up to _handed_seq were given to the handle (stored or staged there);
         # events up to _committed_seq are durable.
-        self._handed_seq = session.last_seq - len(session._pending)
+        self._handed_seq = session.last_seq - session.pending_count()
         self._committed_seq = durable_seq
         self._commit_done: trio.Event | None = None
         self._failure: StoreError | None = None
@@ -262,7 +262,7 @@ class SessionWriter:
                     due = trio.current_time() + self._commit_delay
                     if due < idle.deadline:
                         idle.deadline = due
-        elif len(self.session._pending) >= self._batch_limit:
+        elif self.session.pending_count() >= self._batch_limit:
             self._request_flush()
 
     def request_commit(self) -> None:
