@@ -291,3 +291,63 @@ async def test_agents_are_created_concurrently_and_keep_their_ids(
     assert summary.turns_completed == 20
     assert widest == 4  # (each SQLite create waits for its claim transaction)
     assert [sid.split("-session-")[0] for sid in read] == [f"sim-{n}" for n in range(20)]
+
+
+def _request(*messages: dict[str, object]) -> ModelRequest:
+    from dsh_agent_loop._frozen import freeze
+
+    return ModelRequest(config={}, messages=[freeze(m) for m in messages])
+
+
+def _user(text: str) -> dict[str, object]:
+    return {"role": "user", "id": "m-1", "content": [{"type": "text", "text": text}]}
+
+
+def test_sim_text_replies_are_drawn_from_a_bounded_seeded_pool() -> None:
+    from dsh_agent_loop.cli._sim_script import _VOCABULARY, REPLY_WORDS, TEXT_REPLIES
+
+    script = SimScript(seed=3, tools=0)
+    prompts = [f"sim-{n} turn 1" for n in range(4 * TEXT_REPLIES)]
+    replies = [script.reply(_request(_user(p))) for p in prompts]
+    for reply in replies:
+        words = reply.content.split(" ")
+        assert len(words) == REPLY_WORDS
+        assert set(words) <= set(_VOCABULARY)
+        assert not reply.calls
+    # equal texts are one reply object (built once, chunks and all), and the pool is bounded
+    by_text = {}
+    for reply in replies:
+        assert by_text.setdefault(reply.content, reply) is reply
+    assert 0.9 * TEXT_REPLIES <= len(by_text) <= TEXT_REPLIES
+    # the same inputs give the same reply in a new script; another seed gives other texts
+    again = SimScript(seed=3, tools=0)
+    assert [again.reply(_request(_user(p))).content for p in prompts[:50]] == [
+        r.content for r in replies[:50]
+    ]
+    other = SimScript(seed=4, tools=0)
+    other_texts = [other.reply(_request(_user(p))).content for p in prompts[:50]]
+    assert sum(a != b.content for a, b in zip(other_texts, replies[:50], strict=True)) > 40
+
+
+def test_sim_replies_follow_the_step_and_the_whole_prompt_text() -> None:
+    script = SimScript(seed=0, tools=2)
+    call = {"role": "assistant", "content": [{"type": "tool-call", "call_id": "c", "name": "t"}]}
+    result = {"role": "tool", "call_id": "c", "name": "t", "content": []}
+    first = script.reply(_request(_user("p")))
+    second = script.reply(_request(_user("p"), call, result))
+    third = script.reply(_request(_user("p"), call, result, call, result))
+    assert first.calls
+    assert second.calls
+    assert not third.calls
+    assert third.content
+    # a prompt of two text blocks is read whole, as one of one block with the joined text
+    two_blocks = {
+        "role": "user",
+        "id": "m-1",
+        "content": [{"type": "text", "text": "sim-1 "}, {"type": "text", "text": "turn 1"}],
+    }
+    joined = script.reply(_request(_user("sim-1 turn 1"), call, result, call, result))
+    split = script.reply(_request(two_blocks, call, result, call, result))
+    assert split is joined
+    # a later user message starts the count again
+    assert script.reply(_request(_user("p"), call, result, call, result, _user("q"))).calls

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal, Protocol, final
 
-from .._frozen import FrozenDict, freeze
+from .._frozen import FrozenDict, freeze, from_shape, shape
 from ..events import INBOX_CLAIMED, INBOX_DISCARDED, INBOX_INSERTED, INBOX_SPLICED
 from ..session.log import Session
 from ..session.projections import NEXT_STEP, NEXT_TURN, PendingList
@@ -27,17 +27,22 @@ _TARGETS = (NEXT_TURN, NEXT_STEP)
 def user_message(message_id: str, content: MessageInput, source: str | None = None) -> FrozenDict:
     """Build a model-facing user message ``{role, id, content, source?}``."""
     if isinstance(content, str):
-        blocks: Any = (FrozenDict(type="text", text=content),)
+        blocks: Any = (from_shape(_TEXT_BLOCK, ("text", content)),)
     elif isinstance(content, Mapping):
         if "content" in content:
             return user_message(message_id, content["content"], content.get("source", source))
         blocks = (freeze(content),)
     else:
         blocks = freeze(list(content))
-    data: dict[str, Any] = {"role": "user", "id": message_id, "content": blocks}
-    if source is not None:
-        data["source"] = source
-    return FrozenDict(data)
+    if source is None:
+        return from_shape(_USER, ("user", message_id, blocks))
+    return from_shape(_USER_SOURCE, ("user", message_id, blocks, source))
+
+
+# The shapes ``user_message`` builds (``from_shape``: one C call each).
+_TEXT_BLOCK = shape(("type", "text"))
+_USER = shape(("role", "id", "content"))
+_USER_SOURCE = shape(("role", "id", "content", "source"))
 
 
 class Notifier(Protocol):

@@ -22,7 +22,7 @@ from typing import Any, final
 
 import attrs
 
-from .._frozen import FrozenDict
+from .._frozen import FrozenDict, from_shape, shape
 
 __all__ = [
     "PromptAssembly",
@@ -73,8 +73,13 @@ class SystemDraft:
 
 def system_message(text: str) -> FrozenDict:
     """The model-facing system message for ``text`` (empty text → empty content)."""
-    content = (FrozenDict(type="text", text=text),) if text else ()
-    return FrozenDict(role="system", content=content)
+    content = (from_shape(_TEXT_BLOCK, ("text", text)),) if text else ()
+    return from_shape(_SYSTEM, ("system", content))
+
+
+# The shapes ``system_message`` builds (``from_shape``: one C call each).
+_TEXT_BLOCK = shape(("type", "text"))
+_SYSTEM = shape(("role", "content"))
 
 
 def reconcile(

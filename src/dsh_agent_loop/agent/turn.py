@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import trio
 
-from .._frozen import FrozenDict
+from .._frozen import FrozenDict, from_shape, shape
 from ..errors import AgentLoopError, StoreError
 from ..events import (
     AGENT_ERROR,
@@ -53,6 +53,9 @@ __all__ = ["CLOSE_FLUSH_TIMEOUT", "Turn", "TurnFailed"]
 CLOSE_FLUSH_TIMEOUT: Final = 10.0
 _ENTER: Final = PreStepDecision.enter(())
 _NO_STEP: Final = FrozenDict()
+# The shapes of payloads built on every turn (``from_shape``: one C call each).
+_TURN_END = shape(("turn", "reason"))
+_USER_MESSAGE = shape(("message",))
 
 
 @final
@@ -184,13 +187,13 @@ class Turn:
             assert reason is not None
             if reason["kind"] == "error" and self.pending_users:
                 self.admit_users()  # the session shows what was asked, even if never sent
-            session.add(TURN_END, FrozenDict(turn=self.number, reason=reason))
+            session.add(TURN_END, from_shape(_TURN_END, (self.number, reason)))
             ended = True
         finally:
             if not ended:  # cancelled from outside the turn scope (runtime shutdown)
                 self.close_open_work()
                 reason = self.aborted_reason(default_cause="disposed")
-                session.add(TURN_END, FrozenDict(turn=self.number, reason=reason))
+                session.add(TURN_END, from_shape(_TURN_END, (self.number, reason)))
             self.scope = None
             await self._final_flush(reason is None or reason["kind"] == "aborted")
         return reason is not None and bool(reason["kind"] != "aborted")
@@ -259,7 +262,7 @@ class Turn:
             return
         session = self.agent.log
         for message in self.pending_users:
-            session.add(USER_MESSAGE, FrozenDict(message=message))
+            session.add(USER_MESSAGE, from_shape(_USER_MESSAGE, (message,)))
         self.users_admitted = True
         self.pending_users = ()
 

@@ -33,7 +33,6 @@ lives until its end, so a collection during it could only walk live objects.
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
 import os
 import resource
@@ -61,13 +60,12 @@ from ..agent.handle import AgentHandle
 from ..agent.options import AgentOptions
 from ..config import RuntimeConfig
 from ..events import HOOK_TURN_STOPPING, STEP_END, STEP_START, TURN_END, Event
-from ..llm.base import ModelRequest
-from ..llm.scripted import Reply, ScriptedModel
+from ..llm.scripted import ScriptedModel
 from ..runtime import open_runtime
 from ..session.store import SessionStore
-from ..tools.base import Tool, tool
-from ._render import message_text
+from ..tools.base import Tool
 from ._setup import EXIT_FAILED, EXIT_OK
+from ._sim_script import SimScript, sim_tool
 
 __all__ = [
     "SimOptions",
@@ -81,22 +79,12 @@ __all__ = [
 
 #: Provider name of the simulated model.
 SIM_PROVIDER: Final = "sim"
-#: Words a simulated text reply draws from.
-_VOCABULARY: Final = ("append", "cancel", "commit", "event", "flush", "inbox", "turn", "step")
-#: Words in a simulated text reply.
-REPLY_WORDS: Final = 8
 #: Agents running a turn at the same time unless ``--concurrency`` says otherwise.
 DEFAULT_CONCURRENCY: Final = 256
 #: Seconds between progress redraws.
 REFRESH_INTERVAL: Final = 0.1
 #: Agents created at the same time.
 _CREATORS: Final = 64
-
-
-@tool
-async def sim_tool(n: int = 0) -> str:
-    """Simulation tool: answer ``ok <n>`` at once."""
-    return f"ok {n}"
 
 
 @final
@@ -111,44 +99,6 @@ class SimOptions:
     seed: int = 0
     concurrency: int = DEFAULT_CONCURRENCY
     """Agents running a turn at the same time (0: every agent at once)."""
-
-
-@final
-class SimScript:
-    """Seeded replies: ``tools`` tool-call steps per turn, then a text reply.
-
-    Each reply is drawn from a BLAKE2b digest of ``(seed, prompt, step)``: the same inputs give
-    the same reply in any run, at a few µs per reply (seeding a ``random.Random`` from a string
-    costs more than the rest of a simulated step). Tool-call replies are built once per
-    argument value and reused: a ``Reply`` is immutable and names no call id.
-    """
-
-    def __init__(self, seed: int, tools: int) -> None:
-        self.seed = seed
-        self.tools = tools
-        self._calls: dict[int, Reply] = {}
-
-    def reply(self, request: ModelRequest) -> Reply:
-        """The reply to ``request``, decided by the turn's prompt and the step within it."""
-        step = 0
-        last_user: Mapping[str, Any] | None = None
-        for message in request.messages:  # a few messages: forwards is cheaper than reversed()
-            role = message["role"]
-            if role == "assistant":
-                step += 1
-            elif role == "user":
-                last_user = message
-                step = 0
-        prompt = message_text(last_user) if last_user is not None else ""
-        digest = hashlib.blake2b(f"{self.seed}|{prompt}|{step}".encode(), digest_size=16).digest()
-        if step < self.tools:
-            n = int.from_bytes(digest[:4], "little") % 1000
-            reply = self._calls.get(n)
-            if reply is None:
-                reply = self._calls[n] = Reply.tool_calls((sim_tool.name, {"n": n}))
-            return reply
-        words = len(_VOCABULARY)
-        return Reply.text(" ".join(_VOCABULARY[b % words] for b in digest[:REPLY_WORDS]))
 
 
 @final

@@ -13,7 +13,7 @@ from typing import Any, final
 
 from msgspec import Struct, field
 
-from .._frozen import FrozenDict, freeze
+from .._frozen import FrozenDict, freeze, from_shape, shape
 from .base import (
     BlockEnd,
     BlockStart,
@@ -144,14 +144,9 @@ class Assembler(Struct, gc=False, eq=False):
             if block.kind == "tool-call":
                 if not block.ended or not block.name:
                     continue
-                out.append(
-                    FrozenDict(
-                        type="tool-call",
-                        call_id=block.call_id or f"call-{index}",
-                        name=block.name,
-                        arguments=block.joined(),
-                    )
-                )
+                call_id = block.call_id or f"call-{index}"
+                values = ("tool-call", call_id, block.name, block.joined())
+                out.append(from_shape(_TOOL_CALL_BLOCK, values))
                 continue
             text = block.joined()
             if not text and block.metadata is None:
@@ -159,8 +154,13 @@ class Assembler(Struct, gc=False, eq=False):
             if block.metadata is not None:
                 out.append(FrozenDict(type=block.kind, text=text, metadata=freeze(block.metadata)))
             else:
-                out.append(FrozenDict(type=block.kind, text=text))
+                out.append(from_shape(_TEXT_BLOCK, (block.kind, text)))
         return tuple(out)
+
+
+# The shapes of the blocks ``Assembler.content`` builds (``from_shape``: one C call each).
+_TOOL_CALL_BLOCK = shape(("type", "call_id", "name", "arguments"))
+_TEXT_BLOCK = shape(("type", "text"))
 
 
 #: Chunk type -> the ``Assembler`` method folding it (``feed`` without the extra call).
