@@ -337,7 +337,7 @@ _CallPlan = tuple[int, str, "str | None", "ToolCallDelta | None", "BlockEnd | No
 class _Plan:
     """The chunks of one ``Reply`` that do not depend on the request, built once."""
 
-    __slots__ = ("call_chars", "calls", "finish", "out_words", "steps")
+    __slots__ = ("call_chars", "out_words", "steps")
 
     def __init__(self, reply: Reply) -> None:
         head: list[_Step] = []
@@ -364,18 +364,17 @@ class _Plan:
         if reply.cut_tool_call is not None:
             name, raw = reply.cut_tool_call
             calls.append((index, name, None, ToolCallDelta(index, raw) if raw else None, None))
-        self.calls = tuple(calls)
         self.out_words = out_words
         self.call_chars = sum(len(raw) for _, raw, _ in reply.calls)
         if reply.kind == "error":
-            self.finish = Finish("error", failure=reply.failure)
+            finish = Finish("error", failure=reply.failure)
         elif reply.kind == "max-tokens":
-            self.finish = Finish("max-tokens", stop_reason="max_tokens")
+            finish = Finish("max-tokens", stop_reason="max_tokens")
         elif reply.calls:
-            self.finish = Finish("tool-calls", stop_reason="tool_calls")
+            finish = Finish("tool-calls", stop_reason="tool_calls")
         else:
-            self.finish = Finish("stop", stop_reason="stop")
-        self.steps = (*head, *_tail(reply, self.calls, self.finish))
+            finish = Finish("stop", stop_reason="stop")
+        self.steps = (*head, *_tail(reply, calls, finish))
         """What a stream of the reply does, step by step (``_ScriptedStream``): its text and
         reasoning word by word (a pause before each word), then what ``_tail`` adds."""
 
