@@ -35,11 +35,13 @@ from .errors import AgentClosedError as AgentClosedError
 from .errors import AgentLoopError as AgentLoopError
 from .errors import ConfigError as ConfigError
 from .errors import InvalidOptionError as InvalidOptionError
+from .errors import LimitExceededError as LimitExceededError
 from .errors import SequenceConflictError as SequenceConflictError
 from .errors import SessionAlreadyExistsError as SessionAlreadyExistsError
 from .errors import SessionAlreadyOwnedError as SessionAlreadyOwnedError
 from .errors import SessionNotFoundError as SessionNotFoundError
 from .errors import SessionOwnershipLostError as SessionOwnershipLostError
+from .errors import StoreCorruptError as StoreCorruptError
 from .errors import StoreError as StoreError
 from .errors import SubscriberOverflowError as SubscriberOverflowError
 from .errors import TurnAbortedError as TurnAbortedError
@@ -48,6 +50,7 @@ from .errors import TurnError as TurnError
 from .errors import TurnFailedError as TurnFailedError
 from .events import Event as Event
 from .hooks import HookBus as HookBus
+from .limits import Limits as Limits
 from .llm.base import Failure as Failure
 from .llm.base import ModelRequest as ModelRequest
 from .llm.base import Usage as Usage
@@ -92,6 +95,8 @@ __all__ = [
     "HookBus",
     "InvalidOptionError",
     "JsonlStore",
+    "LimitExceededError",
+    "Limits",
     "MemoryStore",
     "ModelRequest",
     "OpenAIProvider",
@@ -112,6 +117,7 @@ __all__ = [
     "SessionOwnershipLostError",
     "SessionStore",
     "SqliteStore",
+    "StoreCorruptError",
     "StoreError",
     "SubscriberOverflowError",
     "Tool",

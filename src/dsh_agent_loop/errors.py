@@ -13,11 +13,13 @@ __all__ = [
     "AgentLoopError",
     "ConfigError",
     "InvalidOptionError",
+    "LimitExceededError",
     "SequenceConflictError",
     "SessionAlreadyExistsError",
     "SessionAlreadyOwnedError",
     "SessionNotFoundError",
     "SessionOwnershipLostError",
+    "StoreCorruptError",
     "StoreError",
     "SubscriberOverflowError",
     "TurnAbortedError",
@@ -53,6 +55,12 @@ class InvalidOptionError(AgentLoopError):
     """An invalid agent option (for example ``max_tokens <= 0``)."""
 
     code = "INVALID_OPTION"
+
+
+class LimitExceededError(AgentLoopError):
+    """A bound of ``Limits`` was reached (delegation depth, live sub-agents; ``docs/limits.md``)."""
+
+    code = "LIMIT_EXCEEDED"
 
 
 class AgentAlreadyExistsError(AgentLoopError):
@@ -118,6 +126,15 @@ class StoreError(AgentLoopError):
     """Base of session-store errors."""
 
     code = "STORE_FAILED"
+
+
+class StoreCorruptError(StoreError):
+    """Stored data breaks the log's shape (seqs not dense, an undecodable row).
+
+    The message names the session and the seq.
+    """
+
+    code = "STORE_CORRUPT"
 
 
 class SessionAlreadyExistsError(StoreError):

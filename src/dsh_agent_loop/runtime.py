@@ -43,6 +43,7 @@ from .config.tools import agent_tools, runtime_tools
 from .errors import AgentLoopError
 from .events import CONFIG_START_FAILED, make_event
 from .hooks import HookBus, call_observer
+from .limits import DEFAULT_LIMITS, Limits
 from .llm.base import ModelAdapter
 from .llm.providers import AnthropicProvider, OpenAIProvider
 from .llm.router import ModelRouter
@@ -125,6 +126,7 @@ class Runtime:
         rng: random.Random,
         config: RuntimeConfig,
         compaction: CompactionPolicy | None = None,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         if compaction is not None:
             compaction.validate()
@@ -135,6 +137,8 @@ class Runtime:
         self.config = config
         self.clock = clock
         self.random = rng
+        self.limits = limits
+        """Bounds on what models and tool servers send (``docs/limits.md``)."""
         self.tools: dict[str, Tool] = dict(tools)
         """Runtime tools by name (visible to every agent unless its options name a subset)."""
         self.start_failures: list[StartFailure] = []
@@ -152,6 +156,7 @@ class Runtime:
             clock=clock,
             rng=rng,
             compaction=compaction,
+            limits=limits,
         )
         self.commit_timer = CommitTimer()
         """Commits what sessions left pending without a flush barrier (group commit)."""
@@ -342,26 +347,25 @@ async def open_runtime(
     mcp_servers: Iterable[McpServer] = (),
     compaction: CompactionPolicy | None = None,
     gc_freeze: bool = False,
+    limits: Limits | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime; every agent it starts lives and dies inside this block.
 
     Args:
         config: A ``RuntimeConfig``, a path to a YAML file, or the same shape as a mapping.
         store: The session store (wins over the config's; default ``MemoryStore()``).
-        providers: Model adapters, or ``OpenAIProvider`` / ``AnthropicProvider`` objects, by
-            provider name (win over config providers of the same name).
+        providers: Model adapters or provider objects by name (win over the config's).
         tools: Runtime tools, visible to every agent unless its options name a subset.
         max_parallel_tool_calls: Explicit setting (wins over every other layer).
         settings: The user settings layer (camelCase keys, like the plugin config block).
         clock: Stamps ``Event.time`` (default: wall-clock seconds).
         seed: Seeds the runtime's one random source (retry jitter, simulation).
-        tracer_provider: Trace turns, model attempts and tool calls to this OpenTelemetry
-            provider (extra ``otel``; the config's ``otel`` key uses the global provider).
+        tracer_provider: Trace to this OpenTelemetry provider (``docs/observability.md``).
         otel_capture_content: Record message content on the spans (default off).
         mcp_servers: MCP servers whose tools become runtime tools (``docs/mcp.md``).
         gc_freeze: ``rt.gc_freeze()`` once the declared agents started (``docs/scale.md``).
-        compaction: Every agent's compaction policy unless its options set one (wins over the
-            config's ``compaction``; ``docs/context.md``).
+        compaction: Agents' compaction policy unless theirs is set (``docs/context.md``).
+        limits: Bounds on what models and tools send (wins over the config's; docs/limits.md).
 
     Raises:
         ConfigError: invalid configuration (before any store is opened).
@@ -369,10 +373,11 @@ async def open_runtime(
     cfg, live_settings, the_store, router, runtime_tools = _parts(
         config, store, providers, tools, settings, max_parallel_tool_calls
     )
+    the_limits = limits or cfg.plugin.limits or DEFAULT_LIMITS
     body_error: BaseException | None = None
     timer_scope = trio.CancelScope(shield=True)
     try:
-        async with trio.open_nursery() as root, _open_mcp(cfg, mcp_servers) as mcp:
+        async with trio.open_nursery() as root, _open_mcp(cfg, mcp_servers, the_limits) as mcp:
             try:
                 async with trio.open_nursery() as agents:
                     rt = Runtime(
@@ -385,6 +390,7 @@ async def open_runtime(
                         rng=random.Random(seed),
                         config=cfg,
                         compaction=compaction or _policy(cfg.plugin.compaction),
+                        limits=the_limits,
                     )
                     _trace(rt, tracer_provider, otel_capture_content)
                     root.start_soon(_run_timer, rt.commit_timer, timer_scope)
@@ -461,11 +467,11 @@ async def _end_agents(rt: Runtime, agents: trio.Nursery) -> None:
 
 
 def _open_mcp(
-    config: RuntimeConfig, explicit: Iterable[McpServer]
+    config: RuntimeConfig, explicit: Iterable[McpServer], limits: Limits
 ) -> AbstractAsyncContextManager[McpServers]:
     """The config's MCP servers and ``open_runtime``'s (which win by name), not yet started."""
     declared = [McpServer.from_config(n, c) for n, c in config.mcp_servers.items()]
-    return open_mcp_servers([*declared, *explicit])
+    return open_mcp_servers([*declared, *explicit], limits=limits)
 
 
 async def _close(router: ModelRouter, store: SessionStore) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import attrs
 
 from ..hooks import HookBus, HookChain, HookScope
+from ..limits import DEFAULT_LIMITS, Limits
 from ..session.records import RecordCache
 from ..tools.base import register
 from .options import CompactionPolicy, TurnBudget
@@ -48,6 +49,8 @@ class Services:
     """The runtime's compaction policy (``open_runtime(compaction=...)``)."""
     assemblies: dict[tuple[Any, ...], tuple[tuple[Any, ...], PromptAssembly]] = attrs.Factory(dict)
     """Default prompt assemblies shared by alike agents (``AssemblyCache``; bounded)."""
+    limits: Limits = DEFAULT_LIMITS
+    """Bounds on what models and tool servers send (``docs/limits.md``)."""
 
 
 @final

@@ -33,8 +33,10 @@ from ._faults import faults_of, raise_faults, render
 from ._keys import key_names, respell, snake
 from ._rules import Fault, Invalid, KeyPath, ProviderKind, Rule, kind_name
 from .agents import (
+    LIMITS_RULES,
     PLUGIN_NAME,
     TURN_BUDGET_RULES,
+    Limits,
     LoopConfig,
     TurnBudget,
     agent_faults,
@@ -50,7 +52,10 @@ from .tracing import OtelConfig
 __all__ = ["MAX_CONFIG_DEPTH", "check_nesting", "converter", "from_raw", "structure"]
 
 #: Field types that carry the rules of a record defined outside the config package.
-_FIELD_RULES: Final[Mapping[type, Mapping[str, Any]]] = {TurnBudget: TURN_BUDGET_RULES}
+_FIELD_RULES: Final[Mapping[type, Mapping[str, Any]]] = {
+    TurnBudget: TURN_BUDGET_RULES,
+    Limits: LIMITS_RULES,
+}
 
 MAX_CONFIG_DEPTH: Final = 64
 """Deepest nesting of mappings and lists (the top-level mapping is level 1)."""

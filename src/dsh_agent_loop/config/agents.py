@@ -14,14 +14,17 @@ from typing import Any, Final, final
 import attrs
 
 from ..agent.options import TurnBudget
+from ..limits import Limits
 from ._rules import Fault, KeyPath, NonEmptyStr, PositiveInt, PositiveNumber, to_tuple
 from .compaction import CompactionConfig
 from .tracing import OtelConfig
 
 __all__ = [
+    "LIMITS_RULES",
     "PLUGIN_NAME",
     "TURN_BUDGET_RULES",
     "AgentEntry",
+    "Limits",
     "LoopConfig",
     "SettingsLayer",
     "SubagentEntry",
@@ -40,6 +43,17 @@ TURN_BUDGET_RULES: Final[Mapping[str, Any]] = {
     "max_tool_calls": PositiveInt | None,
     "max_total_tokens": PositiveInt | None,
     "max_seconds": PositiveNumber | None,
+}
+
+#: The single-value rules of ``Limits``' fields when read from a config (``limits:``).
+LIMITS_RULES: Final[Mapping[str, Any]] = {
+    "max_tool_result_bytes": PositiveInt,
+    "max_tool_calls_per_reply": PositiveInt,
+    "max_delegation_depth": PositiveInt,
+    "max_subagents": PositiveInt,
+    "mcp_call_timeout": PositiveNumber,
+    "mcp_max_tools": PositiveInt,
+    "mcp_max_message_bytes": PositiveInt,
 }
 
 
@@ -127,6 +141,8 @@ class LoopConfig:
     """``otel: true`` or ``otel: {captureContent: true}``: trace to the global tracer provider."""
     compaction: CompactionConfig | None = None
     """Every agent's compaction policy unless its entry sets one (``docs/context.md``)."""
+    limits: Limits | None = None
+    """Bounds on what models and tool servers send (``docs/limits.md``); None: the defaults."""
 
 
 @final

@@ -16,6 +16,7 @@ from typing import final
 import attrs
 import trio
 
+from ..limits import DEFAULT_LIMITS, Limits
 from ..tools.base import Tool
 from .connection import McpConnection, McpStartError
 from .spec import McpServer
@@ -41,8 +42,16 @@ class McpServersStatistics:
 class McpServers:
     """The runtime's MCP connections (``rt.mcp``), started in ``open_mcp_servers``' nursery."""
 
-    def __init__(self, nursery: trio.Nursery | None, servers: Iterable[McpServer] = ()) -> None:
+    def __init__(
+        self,
+        nursery: trio.Nursery | None,
+        servers: Iterable[McpServer] = (),
+        *,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> None:
         self._nursery = nursery
+        self.limits = limits
+        """Call timeout, tool count and message size bounds (``docs/limits.md``)."""
         self._servers = {s.name: s for s in servers}
         if self._servers and nursery is None:
             raise ValueError("MCP servers need a nursery")
@@ -93,7 +102,9 @@ class McpServers:
 
 
 @asynccontextmanager
-async def open_mcp_servers(servers: Iterable[McpServer] = ()) -> AsyncIterator[McpServers]:
+async def open_mcp_servers(
+    servers: Iterable[McpServer] = (), *, limits: Limits = DEFAULT_LIMITS
+) -> AsyncIterator[McpServers]:
     """A nursery for MCP connections; leaving the block closes every session and process.
 
     Start them with ``await mcp.start(add_tool)`` (servers of the same name: the last wins).
@@ -106,7 +117,7 @@ async def open_mcp_servers(servers: Iterable[McpServer] = ()) -> AsyncIterator[M
         yield McpServers(None)
         return
     async with trio.open_nursery() as nursery:
-        mcp = McpServers(nursery, servers)
+        mcp = McpServers(nursery, servers, limits=limits)
         try:
             yield mcp
         finally:
