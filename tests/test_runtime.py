@@ -576,3 +576,65 @@ async def test_opening_a_runtime_in_an_already_cancelled_scope_leaves_at_once(au
                 await trio.sleep(1)
     assert scope.cancelled_caught
     assert entered  # the body ran, and its first checkpoint raised Cancelled
+
+
+# -- a BaseException from a tool or a hook leaves open_runtime as itself -------------------------
+class _Stop(BaseException):
+    """A BaseException that is neither an Exception nor a cancellation."""
+
+
+_STOPS: list[Callable[[], BaseException]] = [KeyboardInterrupt, lambda: SystemExit(3), _Stop]
+
+
+async def _stopping_runtime(
+    store: SessionStore, raised: Callable[[], BaseException], where: str
+) -> None:
+    """Agent ``b`` hangs mid-stream; agent ``a`` then raises ``raised`` from a tool or a hook."""
+
+    @tool
+    async def halt() -> str:
+        """Halt."""
+        raise raised()
+
+    async def pre_step(payload: Any, next: Any) -> Any:
+        if payload["agent"].id == "a":
+            raise raised()
+        return await next(payload)
+
+    models = {
+        "a": ScriptedModel([Reply.tool_calls(("halt", {}, "c1"))]),
+        "b": ScriptedModel([Reply.hang(after_text=PARTIAL)]),
+    }
+    async with open_runtime(store=store, providers=models, tools=[halt]) as rt:
+        b = await rt.agents.create(options=AgentOptions(id="b", provider="b", model="m"))
+        async with b.agent.subscribe(types=("agent/assistant-stream",)) as frames:
+            b.agent.followup("wait")
+            async for frame in frames:
+                if frame.data["frame"] == "chunk":
+                    break
+        if where == "hook":
+            rt.hooks.waterfall("agent/pre-step", pre_step)
+        a = await rt.agents.create(options=AgentOptions(id="a", provider="a", model="m"))
+        await a.agent.run("go")
+
+
+@pytest.mark.parametrize("raised", _STOPS, ids=["KeyboardInterrupt", "SystemExit", "custom"])
+@pytest.mark.parametrize("where", ["tool", "hook"])
+async def test_a_base_exception_leaves_as_itself_and_others_store_their_closers(
+    tmp_path: Path, raised: Callable[[], BaseException], where: str
+) -> None:
+    store = SqliteStore(str(tmp_path / "s.db"))
+    expected = type(raised())
+    with trio.fail_after(60):
+        with pytest.raises(BaseException) as info:
+            await _stopping_runtime(store, raised, where)
+    assert type(info.value) is expected  # itself: no group, no Cancelled beside it
+    infos = {i.agent_id: i for i in await store.list()}
+    assert set(infos) == {"a", "b"}
+    for info_ in infos.values():
+        handle = await store.open(info_.session_id, "read")
+        events = await handle.read()
+        assert_well_formed(events)  # every session's closers are stored
+    assert infos["b"].last_turn_end is not None
+    assert plain(infos["b"].last_turn_end)["kind"] == "aborted"
+    await store.aclose()

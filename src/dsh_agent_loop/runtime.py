@@ -233,9 +233,21 @@ class Runtime:
             self.gc_freeze()
 
     async def _start_mcp_servers(self, mcp: McpServers) -> None:
-        """Start the MCP servers; their tools become runtime tools, their failures entries."""
+        """Start the MCP servers; their tools become runtime tools, their failures entries.
+
+        A server tool named like a runtime tool (given to ``open_runtime``, declared in the
+        config) or a built-in is that server's start failure (``docs/mcp.md``).
+        """
         self.mcp = mcp
-        for error in await mcp.start(self.add_tool):
+
+        def taken(name: str) -> str | None:
+            if name in self.tools:
+                return f"the runtime tool {name!r}"
+            if _builtin_tool(name) is not None:
+                return f"the built-in tool {name!r}"
+            return None
+
+        for error in await mcp.start(self.add_tool, taken):
             self.start_failures.append(StartFailure(f"mcpServers.{error.server}", error))
 
     async def _dispose_agents(self) -> None:
@@ -486,7 +498,11 @@ def _leaving(body_error: BaseException | None, group: BaseExceptionGroup[Any]) -
 
     Cancellations are not failures: when nothing else failed, a plain ``trio.Cancelled`` leaves
     (the body's own, else the first one raised), so the cancelled scope around the block catches
-    it. The body's exception otherwise leaves beside the runtime's failures, in one group.
+    it. A ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``,
+    ...) raised by a tool or a hook leaves as itself, never in a group: the process is being
+    stopped, and a caller's ``except KeyboardInterrupt`` must see it. The body's exception
+    otherwise leaves beside the runtime's failures, in one group; a body that was only cancelled
+    because the runtime failed adds nothing to it.
     """
     cancelled, failures = group.split(trio.Cancelled)
     if failures is None:
@@ -494,9 +510,24 @@ def _leaving(body_error: BaseException | None, group: BaseExceptionGroup[Any]) -
             return body_error
         assert cancelled is not None
         return _first_leaf(cancelled)
-    if body_error is None:
-        return group
+    stopping = _first_stopping(failures)
+    if stopping is not None:
+        return stopping
+    if body_error is None or isinstance(body_error, trio.Cancelled):
+        return failures
     return BaseExceptionGroup("runtime failed", [body_error, *failures.exceptions])
+
+
+def _first_stopping(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The first leaf of ``group`` that stops a process: no ``Exception``, no cancellation."""
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            found = _first_stopping(exc)
+            if found is not None:
+                return found
+        elif not isinstance(exc, Exception | trio.Cancelled):
+            return exc
+    return None
 
 
 def _first_leaf(group: BaseExceptionGroup[Any]) -> BaseException:

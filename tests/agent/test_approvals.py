@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
@@ -549,3 +550,185 @@ async def test_resolve_returns_when_the_continuation_ends_not_when_queued_work_d
             "completed",
             "completed",
         ]
+
+
+# -- a cancel reaches only what existed when it was made ---------------------------------------
+async def test_run_right_after_a_cancel_of_pending_calls_runs_as_its_own_turn(
+    autojump_clock: Any,
+) -> None:
+    replies = [Reply.tool_calls(("delete", {"path": "a"}, "c1")), Reply.text("answer to next")]
+    async with harness(replies, tools=[delete]) as h:
+        first = await h.agent.run("first")
+        assert first.reason["kind"] == "awaiting-approval"
+        h.agent.cancel()
+        with trio.fail_after(60):
+            result = await h.agent.run("next")
+        assert result.text == "answer to next"
+        assert result.reason == {"kind": "completed"}
+        assert RAN == []
+        assert results(h.events)["c1"] == ("Error: tool call denied: cancelled", "DENIED")
+        assert turn_ends(h.events) == [
+            {"kind": "awaiting-approval", "call_ids": ["c1"]},
+            {"kind": "aborted", "cause": "user"},
+            {"kind": "completed"},
+        ]
+        spliced = h.of_type("agent/inbox/spliced")
+        assert not any(e.data.get("outcome") for e in spliced)  # "next" was never cancelled
+        assert user_texts(h.model.requests[-1].messages)[-1] == "next"
+        assert_well_formed(h.events)
+
+
+async def test_a_steer_after_a_cancel_is_not_claimed_by_the_aborted_continuation(
+    autojump_clock: Any,
+) -> None:
+    replies = [Reply.tool_calls(("delete", {"path": "a"}, "c1")), Reply.text("steered")]
+    async with harness(replies, tools=[delete]) as h:
+        await h.run()
+        h.agent.cancel()
+        h.agent.steer("look here instead")
+        await h.agent.wait_idle()
+        assert turn_ends(h.events)[1:] == [
+            {"kind": "aborted", "cause": "user"},
+            {"kind": "completed"},
+        ]
+        assert "look here instead" in user_texts(h.model.requests[-1].messages)
+        assert_well_formed(h.events)
+
+
+async def test_cancel_aborts_a_continuation_already_due(autojump_clock: Any) -> None:
+    replies = [Reply.tool_calls(("delete", {"path": "a"}, "c1")), Reply.text("after")]
+    async with harness(replies, tools=[delete]) as h:
+        await h.run()
+        h.agent.approve("c1")  # the continuation is due, not yet started
+        h.agent.cancel()
+        await h.agent.wait_idle()
+        assert RAN == []  # the approved call never ran
+        assert results(h.events)["c1"] == (
+            "Error: tool call aborted before dispatch",
+            "ABORTED_BEFORE_DISPATCH",
+        )
+        assert turn_ends(h.events)[-1] == {"kind": "aborted", "cause": "user"}
+        assert h.agent.pending_approvals() == ()
+        with trio.fail_after(60):
+            assert (await h.agent.run("then")).text == "after"
+        assert_well_formed(h.events)
+
+
+async def test_a_message_claimed_by_hand_outside_a_turn_ends_its_run(autojump_clock: Any) -> None:
+    from dsh_agent_loop import TurnAbortedError
+
+    async with harness([Reply.hang(after_text="busy")]) as h:
+        h.agent.followup("keep busy")
+        outcome: list[BaseException] = []
+
+        async def caller() -> None:
+            try:
+                await h.agent.run("queued")
+            except BaseException as exc:
+                outcome.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(caller)
+            await trio.sleep(1)
+            h.agent.cancel(keep_inbox=True)  # the queued message stays, its wake is dropped
+            await h.agent.wait_idle()
+            assert [m["id"] for m in h.agent.inbox.next_turn] == ["m-2"]
+            h.agent.inbox.claim("next-turn")  # a hand-made claim, no turn open
+            with trio.fail_after(60):
+                while not outcome:
+                    await trio.sleep(1)
+        [error] = outcome
+        assert isinstance(error, TurnAbortedError)
+        assert error.result is None
+
+
+# -- continuations keep what the turn asked for ------------------------------------------------
+@attrs.frozen
+class Verdict:
+    ok: bool
+
+
+async def test_a_structured_output_turn_still_requires_its_type_after_approval(
+    autojump_clock: Any,
+) -> None:
+    replies = [
+        Reply.tool_calls(("delete", {"path": "a"}, "c1")),
+        Reply.text("plain text is not the answer"),
+        Reply.tool_calls(("final_result", {"ok": True}, "f1")),
+    ]
+    async with harness(replies, tools=[delete]) as h:
+        first = await h.agent.run("go", output_type=Verdict)
+        assert first.reason["kind"] == "awaiting-approval"
+        result = await h.agent.resolve_approvals({"c1": True})
+        assert result.output == Verdict(ok=True)
+        assert RAN == ["delete a"]
+        # the continuation offered final_result and steered the plain-text answer
+        assert "final_result" in [t["name"] for t in h.model.requests[1].tools]
+        assert len(h.model.requests) == 3
+        assert_well_formed(h.events)
+
+
+async def test_calls_carried_into_a_continuation_count_against_the_turn_budget(
+    autojump_clock: Any,
+) -> None:
+    from dsh_agent_loop import TurnBudget
+
+    options = attrs.evolve(OPTIONS, turn_budget=TurnBudget(max_tool_calls=2))
+    replies = [
+        Reply.tool_calls(("delete", {"path": "a"}, "c1"), ("delete", {"path": "b"}, "c2")),
+        Reply.tool_calls(("look", {"path": "c"}, "c3")),  # a third call of the continuation
+        Reply.text("never"),
+    ]
+    async with harness(replies, tools=[delete, look], options=options) as h:
+        await h.run()
+        h.agent.approve("c1")
+        h.agent.approve("c2")
+        await h.agent.wait_idle()
+        assert sorted(RAN) == ["delete a", "delete b"]  # the carried calls ran: 2 of 2
+        assert turn_ends(h.events)[-1] == {
+            "kind": "aborted",
+            "cause": "hook",
+            "message": "turn budget: maxToolCalls 2 exceeded",
+        }
+        assert results(h.events)["c3"][1] == "ABORTED_BEFORE_DISPATCH"
+        assert len(h.model.requests) == 2
+        assert_well_formed(h.events)
+
+
+async def test_approved_calls_run_in_the_parallel_pool_and_behind_exclusive_barriers(
+    autojump_clock: Any,
+) -> None:
+    log: list[tuple[str, str, float]] = []
+
+    @tool(requires_approval=True)
+    async def slow(name: str) -> str:
+        """Parallel, slow."""
+        log.append(("start", name, trio.current_time()))
+        await trio.sleep(10)
+        log.append(("end", name, trio.current_time()))
+        return name
+
+    @tool(requires_approval=True, execution_mode="exclusive")
+    async def solo(name: str) -> str:
+        """Exclusive."""
+        log.append(("start", name, trio.current_time()))
+        await trio.sleep(1)
+        log.append(("end", name, trio.current_time()))
+        return name
+
+    calls = [("slow", {"name": n}, n) for n in ("p1", "p2", "p3")]
+    calls.append(("solo", {"name": "x"}, "x"))
+    calls.append(("slow", {"name": "p4"}, "p4"))
+    replies = [Reply.tool_calls(*calls), Reply.text("done")]
+    async with harness(replies, tools=[slow, solo], max_parallel_tool_calls=2) as h:
+        await h.run()
+        result = await h.agent.resolve_approvals({c[2]: True for c in calls})
+        assert result.text == "done"
+    starts = {name: t for kind, name, t in log if kind == "start"}
+    ends = {name: t for kind, name, t in log if kind == "end"}
+    assert starts["p1"] == starts["p2"] < starts["p3"]  # two at once, the pool of 2
+    assert starts["p3"] == min(ends["p1"], ends["p2"])
+    assert starts["x"] == max(ends["p1"], ends["p2"], ends["p3"])
+    assert starts["p4"] == ends["x"]  # held back by the exclusive call
+    assert [c.call_id for c in result.tool_calls] == ["p1", "p2", "p3", "x", "p4"]
+    assert_well_formed(h.events)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -570,3 +571,111 @@ def test_scheduling_guarantees_for_random_batches(specs, limit):
                     assert s_j >= e_i
             if kind == other_kind == "keyed" and key == other_key and j > i:
                 assert s_j >= e_i  # equal keys serialise in model order
+
+
+# -- limits on what a reply asks for and what a tool returns (docs/limits.md) ------------------
+async def test_calls_past_the_per_reply_cap_get_tool_errors_and_never_run(autojump_clock):
+    from dsh_agent_loop import Limits
+
+    ran: list[int] = []
+
+    @tool
+    async def work(n: int) -> str:
+        ran.append(n)
+        return f"did {n}"
+
+    calls = [("work", {"n": n}, f"c{n}") for n in range(5)]
+    async with harness(
+        [Reply.tool_calls(*calls), Reply.text("ok")],
+        tools=[work],
+        limits=Limits(max_tool_calls_per_reply=3),
+    ) as h:
+        await h.run()
+        assert sorted(ran) == [0, 1, 2]
+        assert result_ids(h) == [f"c{n}" for n in range(5)]  # every call has its result, in order
+        for n in (3, 4):
+            event = result_by_id(h, f"c{n}")
+            assert plain(event.data["error"]) == {"name": "TooManyToolCalls", "code": "TOOL_ERROR"}
+            text = event.data["message"]["content"][0]["text"]
+            assert "5 tool calls" in text
+            assert "at most 3" in text
+        assert turn_ends(h.events) == [{"kind": "completed"}]
+        assert_well_formed(h.events)
+
+
+async def test_the_default_cap_bounds_a_flood_of_calls(autojump_clock):
+    ran: list[int] = []
+
+    @tool
+    async def work(n: int) -> str:
+        ran.append(n)
+        return "ok"
+
+    calls = [("work", {"n": n}, f"c{n}") for n in range(300)]
+    async with harness([Reply.tool_calls(*calls), Reply.text("ok")], tools=[work]) as h:
+        await h.run()
+        assert len(ran) == 128
+        errors = [e for e in h.of_type("tool/result") if e.data.get("error")]
+        assert len(errors) == 300 - 128
+        assert_well_formed(h.events)
+
+
+async def test_a_tool_result_over_the_size_cap_is_cut_with_a_marker(autojump_clock):
+    from dsh_agent_loop import Limits
+
+    @tool
+    async def dump(kind: str) -> ToolResult | str:
+        if kind == "text":
+            return "a" * 5000
+        if kind == "wide":
+            return "é" * 3000  # two bytes each: the cut must not split one
+        return ToolResult("b" * 5000, additional_contexts=("c" * 5000,))
+
+    calls = [("dump", {"kind": k}, k) for k in ("text", "wide", "result")]
+    async with harness(
+        [Reply.tool_calls(*calls), Reply.text("ok")],
+        tools=[dump],
+        limits=Limits(max_tool_result_bytes=1000),
+    ) as h:
+        await h.run()
+        for call_id, total in (("text", 5000), ("wide", 6000), ("result", 5000)):
+            text = result_by_id(h, call_id).data["message"]["content"][0]["text"]
+            assert len(text.encode()) <= 1000
+            marker = re.search(
+                r"\n\[tool result truncated: it was (\d+) bytes; the first (\d+) bytes are "
+                r"shown\]$",
+                text,
+            )
+            assert marker is not None, text[-120:]
+            assert int(marker[1]) == total
+            assert int(marker[2]) == len(text[: marker.start()].encode()) > 800
+        wide = result_by_id(h, "wide").data["message"]["content"][0]["text"]
+        assert set(wide.split("\n[")[0]) == {"é"}
+        injected = [m for m in h.of_type("user/message") if "c" * 10 in str(m.data)]
+        assert injected
+        assert all(len(m.data["message"]["content"][0]["text"].encode()) <= 1000 for m in injected)
+        # the model is sent the cut text, never the whole one
+        tool_messages = [m for m in h.model.requests[1].messages if m["role"] == "tool"]
+        sent = [b["text"] for m in tool_messages for b in m["content"]]
+        assert all(len(t.encode()) <= 1000 for t in sent)
+        assert_well_formed(h.events)
+
+
+async def test_a_large_result_under_the_default_cap_is_stored_whole(autojump_clock):
+    @tool
+    async def dump() -> str:
+        return "x" * (1 << 20)  # exactly the 1 MiB default: kept whole
+
+    @tool
+    async def more() -> str:
+        return "x" * ((1 << 20) + 1)
+
+    async with harness(
+        [Reply.tool_calls(("dump", {}, "d"), ("more", {}, "m")), Reply.text("ok")],
+        tools=[dump, more],
+    ) as h:
+        await h.run()
+        assert result_by_id(h, "d").data["message"]["content"][0]["text"] == "x" * (1 << 20)
+        cut = result_by_id(h, "m").data["message"]["content"][0]["text"]
+        assert "truncated" in cut
+        assert len(cut.encode()) <= 1 << 20

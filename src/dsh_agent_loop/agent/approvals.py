@@ -112,11 +112,19 @@ def decide(
 
 
 def cancel_pending(agent: Agent, cause: str) -> bool:
-    """Deny every pending call (``cancel()``); True when a continuation is now due."""
+    """``cancel()``: deny every pending call, or abort the continuation already due.
+
+    Returns True when a continuation is now due (it runs aborted with ``cause``). A continuation
+    whose calls were all decided before the cancel is due already: it is marked to run aborted,
+    so its approved calls never run (each gets ``ABORTED_BEFORE_DISPATCH``).
+    """
     state = agent.log.state.approvals
     if state is None or not state.awaiting or agent.closed:
         return False
-    for event in state.pending():
+    undecided = state.pending()
+    if not undecided:  # every call was decided: the continuation is due, and runs aborted
+        agent.continuation_cancel = agent.continuation_cancel or cause
+    for event in undecided:
         agent.log.add(
             TOOL_APPROVAL, approval_data(event.data["call_id"], False, CANCELLED_MESSAGE, cause)
         )
@@ -151,6 +159,8 @@ def prepare(turn: Turn) -> None:
             cause = cause or decision.get("cause")
         batch.preset(index, _call_seq(agent, event.seq), event.data["arguments"], denial)
     turn.carried = batch
+    cause = cause or agent.continuation_cancel
+    agent.continuation_cancel = None
     if cause is not None:
         turn.cancel(cause, None)
 
@@ -233,7 +243,8 @@ async def resolve(agent: Agent, decisions: Mapping[str, bool | str]) -> TurnResu
         if e.type == TOOL_RESULT and e.source_event_seqs and e.data["message"]["call_id"] not in own
     ]
     events = [events[0], *earlier, *events[1:]]
-    result = build_result(events, pending_approvals=pending(agent))
+    output = None if agent.outputs is None else agent.outputs.take(number)
+    result = build_result(events, output=output, pending_approvals=pending(agent))
     error = turn_error(result)
     if error is not None:
         raise error

@@ -100,7 +100,7 @@ class _Call:
 class Calls:
     """The calls of one agent, as a session projection (folded on every append)."""
 
-    __slots__ = ("_ended", "_inbox", "_running", "_start_seq", "_turn", "_waiting")
+    __slots__ = ("_ended", "_inbox", "_open", "_running", "_start_seq", "_turn", "_waiting")
 
     types: frozenset[str] | None = frozenset({TURN_START, INBOX_SPLICED, TURN_END})
 
@@ -111,6 +111,8 @@ class Calls:
         self._ended: dict[int, _Call] = {}
         self._turn = agent.log.state.turn
         self._start_seq = -1
+        self._open = False
+        """A ``turn/start`` was folded and its ``turn/end`` not yet: a claim belongs to it."""
 
     @staticmethod
     def of(agent: Agent) -> Calls:
@@ -153,13 +155,19 @@ class Calls:
                 self._spliced(event)
         elif kind == TURN_START:
             self._turn, self._start_seq = int(event.data["turn"]), int(event.seq or 0)
-        elif self._running:
-            number = int(event.data["turn"])
-            call = self._running.pop(number, None)
-            if call is not None:
-                call.end_seq = event.seq
-                self._ended[number] = call
-                call.end()
+            self._open = True
+        else:
+            self._open = False
+            if self._running:
+                self._ended_turn(event)
+
+    def _ended_turn(self, event: Event) -> None:
+        number = int(event.data["turn"])
+        call = self._running.pop(number, None)
+        if call is not None:
+            call.end_seq = event.seq
+            self._ended[number] = call
+            call.end()
 
     def _spliced(self, event: Event) -> None:
         data = event.data
@@ -172,7 +180,9 @@ class Calls:
             gone = [first]  # the common case: the oldest awaited message was claimed, O(1)
         else:
             gone = [call for key, call in self._waiting.items() if not inbox.has_id(key)]
-        claimed = "outcome" not in data
+        # A removal without outcome claims only inside a turn; outside one (a splice made by
+        # hand) the message left the inbox unclaimed: its caller gets TurnAbortedError.
+        claimed = "outcome" not in data and self._open
         for call in gone:
             del self._waiting[call.message_id]
             if claimed:

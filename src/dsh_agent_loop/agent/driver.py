@@ -85,6 +85,7 @@ class Agent:
     """
 
     __slots__ = (
+        "_cancel_wakes",
         "_disposing",
         "_driver_task",
         "_driving",
@@ -99,10 +100,12 @@ class Agent:
         "_turns",
         "_uncounted",
         "_wake_pending",
+        "_wakes",
         "assembly",
         "calls",
         "children",
         "context",
+        "continuation_cancel",
         "hooks",
         "id",
         "inbox",
@@ -142,6 +145,12 @@ class Agent:
         self._status_value: AsyncValue[Status] | None = None
         self._idle_waiters: trio.lowlevel.ParkingLot | None = None
         self._wake_pending = False
+        self._wakes = 0
+        """Wakes made so far (a counter: the driver coalesces wakes into one flag)."""
+        self._cancel_wakes = 0
+        """``_wakes`` when the last ``cancel()`` returned: later wakes are work it never saw."""
+        self.continuation_cancel: str | None = None
+        """The cause of a ``cancel()`` that found a continuation due (``agent/approvals.py``)."""
         self._turn: Turn | None = None
         self._disposing = False
         self._driver_task: trio.lowlevel.Task | None = None
@@ -227,6 +236,7 @@ class Agent:
     def _wake(self) -> None:
         if self._disposing:
             return
+        self._wakes += 1
         self._wake_pending = True
         self._set_status("running")
         self._start_driver()
@@ -310,7 +320,12 @@ class Agent:
     def cancel(
         self, cause: str = "user", keep_inbox: bool = False, *, message: str | None = None
     ) -> None:
-        """Abort the running turn (the first cause wins); clear the inbox unless ``keep_inbox``."""
+        """Abort the running turn (the first cause wins); clear the inbox unless ``keep_inbox``.
+
+        A cancel reaches only what exists when it is made: the turn running (or the continuation
+        of decided approvals already due, which then runs aborted) and the inbox as it is now.
+        Work queued afterwards is untouched and runs once the aborted turn has ended.
+        """
         if not keep_inbox:
             self.inbox.clear()
         self._wake_pending = False
@@ -320,7 +335,8 @@ class Agent:
         elif not self._driving:
             self._set_status("idle")  # the wake it dropped had no driver yet
         if cause != "disposed" and approvals.cancel_pending(self, cause):
-            self._wake()  # the continuation settles the denials and ends aborted
+            self._wake()  # the continuation settles the calls and ends aborted
+        self._cancel_wakes = self._wakes
 
     async def wait_idle(self) -> None:
         """Wait until the driver is parked: no open turn and no unprocessed wake."""
@@ -464,12 +480,17 @@ class Agent:
                     continue_after = await turn.run()
                     if not continue_after:  # aborted by any path, its deadline included
                         subagents.cancel_children(self)
+                        if turn.cancel_cause is None:  # its deadline: a cancel made now
+                            self._cancel_wakes = self._wakes
                 finally:
                     self._turn = None
                     if self.calls is not None:
                         self.calls.released(turn.number)  # a run() may return now
-                if continue_after and self.has_work() and not self._disposing:
-                    self._wake_pending = True
+                if self._disposing:
+                    continue
+                if continue_after or self._wakes != self._cancel_wakes:
+                    # work queued after the cancel that aborted this turn was never cancelled
+                    self._wake_pending = self._wake_pending or self.has_work()
         finally:
             self._driver_task = None
             self._driving = False

@@ -258,11 +258,13 @@ class OutputSpec:
 class OutputRegistry:
     """One agent's structured-output registrations (by message id) and values (by turn)."""
 
-    __slots__ = ("_converter", "_tools", "specs", "values")
+    __slots__ = ("_converter", "_tools", "carried", "specs", "values")
 
     def __init__(self) -> None:
         self.specs: dict[str, OutputSpec] = {}
         """Pending messages whose turn must produce structured output."""
+        self.carried: OutputState | None = None
+        """The output a turn that ended awaiting approval still owes: its continuation's."""
         self.values: dict[int, Any] = {}
         """Structured values by turn number, until taken."""
         self._tools: dict[Any, Tool] = {}
@@ -337,6 +339,19 @@ class OutputRegistry:
         for message_id in [m for m in specs if not pending.has_id(m)]:
             del specs[message_id]
         return None if spec is None else OutputState(self, turn, spec)
+
+    def carry(self, state: OutputState) -> None:
+        """A turn ended awaiting approval before it produced its output: its continuation must."""
+        self.carried = None if state.done else state
+
+    def resume(self, turn: int) -> OutputState | None:
+        """The carried output state, now owed by continuation turn ``turn`` (tries counted on)."""
+        state, self.carried = self.carried, None
+        if state is None:
+            return None
+        resumed = OutputState(self, turn, state.spec)
+        resumed.failures = state.failures
+        return resumed
 
     def take(self, turn: int) -> Any:
         """The structured value of turn ``turn`` (forgotten now), or None."""

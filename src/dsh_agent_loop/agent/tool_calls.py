@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, final
 
+import attrs
 import trio
 
 from .._frozen import FrozenDict, freeze
@@ -58,7 +59,8 @@ from ..tools.base import (
     parse_arguments,
 )
 from ..tools.pipeline import ABORTED_BEFORE_DISPATCH_TEXT, ABORTED_TEXT, Deny
-from ..tools.results import checked_result, escape_surrogates, exception_text
+from ..tools.results import bounded_text, checked_result, escape_surrogates
+from ._tool_invoke import invoke, raised
 
 if TYPE_CHECKING:
     from ..hooks import HookChain
@@ -73,6 +75,7 @@ _ERROR_NAMES = {
     "DENIED": "Denied",
     "ABORTED": "Aborted",
     "ABORTED_BEFORE_DISPATCH": "AbortedBeforeDispatch",
+    "TOOL_ERROR": "TooManyToolCalls",  # the one rejection with this code (``Limits``)
 }
 #: The result slot of a deferred call: it is skipped by the commits (no result this turn).
 _DEFERRED = ToolResult("")
@@ -122,6 +125,7 @@ class ToolBatch:
         "_key_tails",
         "_key_wait",
         "_limiter",
+        "_max_bytes",
         "_session",
         "_step",
         "_to_start",
@@ -157,6 +161,7 @@ class ToolBatch:
         self.deferred: tuple[str, ...] = ()
         """Call ids deferred for approval, in model order."""
         self._approval = agent.options.require_approval
+        self._max_bytes = agent.services.limits.max_tool_result_bytes
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -167,15 +172,23 @@ class ToolBatch:
         if len(self._calls) == 1:
             await self._run_single(self._calls[0])
             return
-        limit = max(1, self._agent.services.max_parallel_tool_calls())
-        if len(self._calls) > limit:  # fewer calls than slots can never wait for one
-            self._limiter = trio.CapacityLimiter(limit)
+        self._make_limiter()
+        cap = self._agent.services.limits.max_tool_calls_per_reply
         async with trio.open_nursery() as nursery:
-            for call in self._calls:
-                await self._admit(call, nursery)
+            for index, call in enumerate(self._calls):
+                if index < cap:
+                    await self._admit(call, nursery)
+                else:  # past the cap: the model reads why, nothing runs
+                    self._reject(call, "TOOL_ERROR", _too_many(len(self._calls), cap))
             await self._start_pending(nursery)
         if self.deferred:
             await self._agent.flush()  # the requests are durable before the turn ends
+
+    def _make_limiter(self) -> None:
+        """The step's pool (none when there are fewer calls than slots: none would wait)."""
+        limit = max(1, self._agent.services.max_parallel_tool_calls())
+        if len(self._calls) > limit:
+            self._limiter = trio.CapacityLimiter(limit)
 
     async def _run_single(self, call: _Call) -> None:
         # One call needs no nursery, no pool slot and no completion event: admit, flush, run.
@@ -187,8 +200,11 @@ class ToolBatch:
             await self._agent.flush()
 
     async def _admit(self, call: _Call, nursery: trio.Nursery) -> None:
-        if not await self._policy(call):
-            return
+        if await self._policy(call):
+            await self._schedule(call, nursery)
+
+    async def _schedule(self, call: _Call, nursery: trio.Nursery) -> None:
+        """Run an admitted call: alone after every earlier one (exclusive), or in the pool."""
         assert call.tool is not None
         if call.tool.execution_mode == "exclusive":
             await self._start_pending(nursery)
@@ -304,7 +320,8 @@ class ToolBatch:
         self._commit_ready()
 
     def _dispatch(self, call: _Call) -> None:
-        self._append_call(call)
+        if call.call_seq is None:  # a decided call's tool/call is stored already
+            self._append_call(call)
         if (
             call.tool is not None
             and call.tool.concurrency_key is not None
@@ -344,7 +361,7 @@ class ToolBatch:
                 try:
                     value = await tool.handler(arguments, self._context(call))
                 except Exception as exc:  # a raising tool is a result the model reads
-                    result, error_name = _raised(exc)
+                    result, error_name = raised(exc)
                 else:
                     result, error_name = checked_result(value)
         finally:
@@ -377,18 +394,6 @@ class ToolBatch:
         tool, arguments = call.tool, call.arguments
         assert tool is not None
         assert arguments is not None
-        context = self._context(call)
-        failed: list[str] = []
-
-        async def run_handler(payload: Any) -> ToolResult:
-            # Middleware always sees a ToolResult; a raising handler is a TOOL_ERROR result.
-            result, error_name = await _call_handler(tool, payload["arguments"], context)
-            if error_name is not None:
-                failed.append(error_name)
-            if isinstance(result, str):
-                return ToolResult(content=result)
-            return result
-
         payload = {
             "agent": self._agent,
             "call_id": call.block["call_id"],
@@ -397,30 +402,7 @@ class ToolBatch:
             "turn": self._turn,
             "step": self._step,
         }
-        if self._hooks.has("waterfall", HOOK_TOOLS_EXECUTE):
-            value = await self._hooks.waterfall(HOOK_TOOLS_EXECUTE, payload, run_handler)
-        else:
-            value = await run_handler(payload)
-        if isinstance(value, str):
-            value = ToolResult(content=value)
-        if not isinstance(value, ToolResult):
-            raise TypeError(f"tools/execute returned {type(value).__name__}, not a ToolResult")
-        if self._hooks.has("waterfall", HOOK_TOOLS_POST_EXECUTE):
-
-            async def keep(p: Any) -> Any:
-                return p["result"]
-
-            value = await self._hooks.waterfall(
-                HOOK_TOOLS_POST_EXECUTE, {**payload, "result": value}, keep
-            )
-            if not isinstance(value, ToolResult):
-                raise TypeError("tools/post-execute must return a ToolResult")
-        # What middleware made of the result is checked like a handler's value.
-        checked, invalid = checked_result(value)
-        if invalid is not None:
-            return checked, invalid
-        error_name = failed[-1] if failed and value.error == "TOOL_ERROR" else None
-        return checked, error_name
+        return await invoke(self._hooks, tool, payload, self._context(call))
 
     # -- commits ----------------------------------------------------------------------------
     def _commit_ready(self) -> None:
@@ -434,12 +416,15 @@ class ToolBatch:
         assert result is not None
         assert call.call_seq is not None
         if type(result) is str:
+            if len(result) > self._max_bytes >> 2:  # it may be over the cap (Limits)
+                result = bounded_text(result, self._max_bytes)
             data = tool_result_data(self._turn, self._step, call.block, result)
             event = self._session.add(TOOL_RESULT, data, source_event_seqs=(call.call_seq,))
         else:
             if result is _DEFERRED:
                 return
             assert isinstance(result, ToolResult)
+            result = self._bounded(result)
             error = (
                 None if result.error is None else (call.error_name or result.error, result.error)
             )
@@ -464,6 +449,20 @@ class ToolBatch:
                     FrozenDict(agent=self._agent, event=event, result=result),
                 ),
             )
+
+    def _bounded(self, result: ToolResult) -> ToolResult:
+        """``result`` with its content and injected contexts cut to the size cap (``Limits``)."""
+        limit = self._max_bytes
+        quarter = limit >> 2
+        if len(result.content) <= quarter and all(
+            len(t) <= quarter for t in result.additional_contexts
+        ):
+            return result
+        return attrs.evolve(
+            result,
+            content=bounded_text(result.content, limit),
+            additional_contexts=tuple(bounded_text(t, limit) for t in result.additional_contexts),
+        )
 
     def close_remaining(self) -> None:
         """Settle every call without a committed result (after a cancel or a failure)."""
@@ -501,35 +500,44 @@ class ToolBatch:
             call.finish(ToolResult(escape_surrogates(denial), error="DENIED"), "Denied")
 
     async def run_decided(self, tools: Mapping[str, Tool]) -> None:
-        """Settle the preset calls: denials are committed, approved calls run in model order.
+        """Settle the preset calls: denials are committed, approved calls run as in any step.
 
-        The decisions are made durable before any approved handler starts.
+        The decisions are made durable before any approved handler starts; approved calls then
+        run in model order under the step's pool, exclusive barriers and concurrency keys, and
+        their results are committed in model order.
         """
         self._tools = tools
         self._commit_ready()
         if self.settled:
             return
         await self._agent.flush()
-        for call in self._calls:
-            if call.result is not None:
-                continue
-            name = call.block["name"]
-            tool, arguments = tools.get(name), call.arguments
-            assert arguments is not None
-            try:
-                if tool is None:
-                    raise LookupError(name)
-                tool.validate(arguments)
-            except LookupError:
-                text = escape_surrogates(f"Error: unknown tool {name!r}")
-                call.finish(ToolResult(text, error="UNKNOWN_TOOL"), "UnknownTool")
-            except ArgumentsError as exc:
-                text = escape_surrogates(f"Error: invalid arguments for {name}: {exc}")
-                call.finish(ToolResult(text, error="INVALID_ARGUMENTS"), "InvalidArguments")
-            else:
-                call.tool = tool
-                await self._execute(call, held_slot=False)
-            self._commit_ready()
+        self._make_limiter()
+        async with trio.open_nursery() as nursery:
+            for call in self._calls:
+                if call.result is None and self._resolve_decided(call, tools):
+                    await self._schedule(call, nursery)
+            await self._start_pending(nursery)
+
+    def _resolve_decided(self, call: _Call, tools: Mapping[str, Tool]) -> bool:
+        """Find an approved call's tool and check its arguments again; False: it got a result."""
+        name = call.block["name"]
+        tool, arguments = tools.get(name), call.arguments
+        assert arguments is not None
+        try:
+            if tool is None:
+                raise LookupError(name)
+            tool.validate(arguments)
+        except LookupError:
+            text = escape_surrogates(f"Error: unknown tool {name!r}")
+            call.finish(ToolResult(text, error="UNKNOWN_TOOL"), "UnknownTool")
+        except ArgumentsError as exc:
+            text = escape_surrogates(f"Error: invalid arguments for {name}: {exc}")
+            call.finish(ToolResult(text, error="INVALID_ARGUMENTS"), "InvalidArguments")
+        else:
+            call.tool = tool
+            return True
+        self._commit_ready()
+        return False
 
     @property
     def settled(self) -> bool:
@@ -537,27 +545,8 @@ class ToolBatch:
         return self._head == len(self._calls)
 
 
-async def _call_handler(
-    tool: Tool, arguments: Mapping[str, Any], context: ToolContext
-) -> tuple[ToolResult | str, str | None]:
-    """Run a handler with no middleware around it; a raising tool is a result.
-
-    A plain string comes back as is: the commit builds the result without a ``ToolResult``.
-    """
-    try:
-        value = await tool.handler(arguments, context)
-    except Exception as exc:  # a raising tool is a result the model reads
-        return _raised(exc)
-    return checked_result(value)
-
-
-def _raised(exc: Exception) -> tuple[ToolResult, str]:
-    """The ``TOOL_ERROR`` result of a handler that raised, and the exception's name.
-
-    Only ``Exception`` is a result: ``KeyboardInterrupt``, ``SystemExit``, ``trio.Cancelled`` and
-    other ``BaseException``s are not the tool's answer and propagate, as trio expects.
-    """
+def _too_many(calls: int, cap: int) -> str:
     return (
-        ToolResult(f"Error: {exception_text(exc)}", error="TOOL_ERROR"),
-        escape_surrogates(type(exc).__name__),
+        f"Error: this reply asked for {calls} tool calls; at most {cap} run per reply "
+        "(max_tool_calls_per_reply), so this call did not run"
     )

@@ -168,11 +168,17 @@ class Turn:
         if budget is not None and budget.max_seconds is not None:
             scope.deadline = trio.current_time() + budget.max_seconds
         session.add(TURN_START, agent.services.records.turn_data(self.number))
-        claimed = agent.inbox.claim(NEXT_STEP)
-        if self.carried is None:  # a continuation after approvals takes no next-turn message
-            claimed += agent.inbox.claim(NEXT_TURN, 1)
+        if self.carried is None:
+            claimed = agent.inbox.claim(NEXT_STEP) + agent.inbox.claim(NEXT_TURN, 1)
+        elif self.cancel_cause is None:  # a continuation takes no next-turn message
+            claimed = agent.inbox.claim(NEXT_STEP)
+        else:  # a continuation a cancel aborted: what was queued after that cancel stays queued
+            claimed = ()
         if agent.outputs is not None:  # someone asked for structured output (agent/output.py)
-            self.output = agent.outputs.claim(self.number, claimed, session.inbox)
+            if self.carried is not None:  # a continuation owes what its turn asked for
+                self.output = None if self.cancel_cause else agent.outputs.resume(self.number)
+            else:
+                self.output = agent.outputs.claim(self.number, claimed, session.inbox)
         ended = False
         reason: Mapping[str, Any] | None = None
         try:
@@ -189,6 +195,9 @@ class Turn:
                 self.admit_users()  # the session shows what was asked, even if never sent
             session.add(TURN_END, from_shape(_TURN_END, (self.number, reason)))
             ended = True
+            outputs = agent.outputs
+            if reason is self.awaiting and self.output is not None and outputs is not None:
+                outputs.carry(self.output)  # its continuation owes the output
         finally:
             if not ended:  # cancelled from outside the turn scope (runtime shutdown)
                 self.close_open_work()
@@ -346,7 +355,7 @@ class Turn:
         if assembly is not self.assembly:
             self._assemble(assembly)
         if self.carried is not None:  # a continuation: settle the decided calls first
-            await approvals.settle(self)
+            await self._settle_carried()
         # Attempts until one yields an ``assistant/message``: inline, not a method, so that one
         # coroutine frame less stays alive through every model stream (with thousands of agents
         # mid-stream, what lives across a stream's pauses is what the collector promotes).
@@ -387,6 +396,15 @@ class Turn:
             if batch.deferred:
                 self.awaiting = approvals.awaiting_reason(batch.deferred)
         self._end_step(calls)
+
+    async def _settle_carried(self) -> None:
+        """Settle a continuation's decided calls: this turn's calls, counted by its budget."""
+        carried = self.carried
+        assert carried is not None
+        if self.budget is not None:
+            await self._check_tool_budget(len(carried))
+        self.tool_calls += len(carried)
+        await approvals.settle(self)
 
     def _end_step(self, calls: list[FrozenDict]) -> None:
         """Append the step's ``step/end``; a structured-output turn then checks its calls."""

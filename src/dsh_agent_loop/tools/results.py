@@ -32,6 +32,7 @@ from .base import MAX_ECHO, InvalidToolResult, ToolResult
 
 __all__ = [
     "INVALID_RESULT",
+    "bounded_text",
     "checked_result",
     "escape_surrogates",
     "exception_text",
@@ -42,6 +43,29 @@ __all__ = [
 INVALID_RESULT: Final = InvalidToolResult.__name__
 #: Deepest ``meta`` nesting accepted (deeper data is refused, as a cycle is).
 MAX_META_DEPTH: Final = 100
+#: What ends a tool result cut to ``Limits.max_tool_result_bytes``.
+TRUNCATION_MARKER: Final = (
+    "\n[tool result truncated: it was {total} bytes; the first {kept} bytes are shown]"
+)
+
+
+def bounded_text(text: str, max_bytes: int) -> str:
+    """``text`` cut to ``max_bytes`` of UTF-8, ending with ``TRUNCATION_MARKER`` when cut.
+
+    The cut never splits a character. One length test in the usual case: a code point is at
+    most four bytes.
+    """
+    if len(text) <= max_bytes >> 2:
+        return text
+    data = text.encode("utf-8", "backslashreplace")
+    total = len(data)
+    if total <= max_bytes:
+        return text
+    # The kept count has at most as many digits as max_bytes: the marker cannot grow past this.
+    keep = max(0, max_bytes - len(TRUNCATION_MARKER.format(total=total, kept=max_bytes)))
+    head = data[:keep].decode("utf-8", "ignore")
+    kept = len(head.encode("utf-8"))
+    return head + TRUNCATION_MARKER.format(total=total, kept=kept)
 
 
 def escape_surrogates(text: str) -> str:
