@@ -54,6 +54,7 @@ PINNED = {
         "SessionNotFoundError",
         "SessionOwnershipLostError",
         "StoreCorruptError",
+        "StreamLimits",
         "SessionStore",
         "SqliteStore",
         "StoreError",

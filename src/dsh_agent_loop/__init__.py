@@ -58,6 +58,7 @@ from .llm.providers import AnthropicProvider as AnthropicProvider
 from .llm.providers import OpenAIProvider as OpenAIProvider
 from .llm.scripted import Reply as Reply
 from .llm.scripted import ScriptedModel as ScriptedModel
+from .llm.stream_limits import StreamLimits as StreamLimits
 from .runtime import Runtime as Runtime
 from .runtime import open_runtime as open_runtime
 from .session.store import SessionInfo as SessionInfo
@@ -119,6 +120,7 @@ __all__ = [
     "SqliteStore",
     "StoreCorruptError",
     "StoreError",
+    "StreamLimits",
     "SubscriberOverflowError",
     "Tool",
     "ToolCallRecord",

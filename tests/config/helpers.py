@@ -24,6 +24,7 @@ from dsh_agent_loop.config import (
     TurnBudget,
     load_config,
 )
+from dsh_agent_loop.config.providers import StreamLimitsConfig
 from dsh_agent_loop.errors import ConfigError
 from dsh_agent_loop.tools.builtin import BUILTIN_TOOLS
 
@@ -109,6 +110,16 @@ _scripted = st.builds(
 _base_urls = st.none() | st.builds(
     "http://{}:8000/v1".format, st.from_regex(r"[a-z]{1,12}", fullmatch=True)
 )
+_header_names = st.from_regex(r"[A-Za-z][A-Za-z0-9-]{0,11}", fullmatch=True)
+_header_values = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=12)
+_headers = st.dictionaries(_header_names, _header_values, max_size=2)
+_stream_limits = st.builds(
+    StreamLimitsConfig,
+    max_line_bytes=st.none() | pos_ints,
+    max_event_bytes=st.none() | pos_ints,
+    max_output_chars=st.none() | pos_ints,
+    idle_timeout=st.none() | _pos_floats,
+)
 _models = st.dictionaries(
     _non_empty,
     st.builds(
@@ -123,8 +134,9 @@ _openai = st.builds(
     OpenAIProviderConfig,
     base_url=_base_urls,
     api_key_env=st.none() | _non_empty,
-    headers=st.dictionaries(_texts, _texts, max_size=2),
+    headers=_headers,
     timeout=st.builds(TimeoutConfig, connect=_pos_floats, read=_pos_floats),
+    stream_limits=_stream_limits,
     stream_usage=st.booleans(),
     system_prompt_update=st.sampled_from([None, "in-history", "head"]),
     reasoning_replay=st.sampled_from([None, "never", "tool-turns", "always"]),
@@ -134,8 +146,9 @@ _anthropic = st.builds(
     AnthropicProviderConfig,
     base_url=_base_urls,
     api_key_env=st.none() | _non_empty,
-    headers=st.dictionaries(_texts, _texts, max_size=2),
+    headers=_headers,
     timeout=st.builds(TimeoutConfig, connect=_pos_floats, read=_pos_floats),
+    stream_limits=_stream_limits,
     system_prompt_update=st.sampled_from([None, "head"]),
     models=_models,
 )

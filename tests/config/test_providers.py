@@ -20,6 +20,7 @@ from dsh_agent_loop.config import (
     converter,
     load_config,
 )
+from dsh_agent_loop.config.providers import StreamLimitsConfig
 from dsh_agent_loop.llm.anthropic import AnthropicAdapter
 from dsh_agent_loop.llm.openai import OpenAIAdapter
 from dsh_agent_loop.llm.providers import adapter_from_config
@@ -81,8 +82,8 @@ REJECTIONS: list[tuple[str, dict[str, Any], str]] = [
         {"providers": {"p": {"kind": "openai", "base_uri": "http://h"}}},
         "providers.p.base_uri: unknown key (did you mean 'base_url'? allowed: kind, base_url, "
         "api_key_env, headers, "
-        "timeout, stream_usage, system_prompt_update, context_window, reasoning_replay, models, "
-        "replies, latency_ms, loop)",
+        "timeout, stream_limits, stream_usage, system_prompt_update, context_window, "
+        "reasoning_replay, models, replies, latency_ms, loop)",
     ),
     (
         "both spellings of one provider key",
@@ -155,6 +156,44 @@ REJECTIONS: list[tuple[str, dict[str, Any], str]] = [
         "providers.p.headers.X-N: expected a string, got integer",
     ),
     (
+        "a base_url with a password, never quoted",
+        {"providers": {"p": {"kind": "openai", "base_url": "https://me:hunter2@api.test/v1"}}},
+        "providers.p.base_url: must not carry a user name or password (user:pass@); "
+        "use api_key_env",
+    ),
+    (
+        "a header value with a line break, never quoted",
+        {"providers": {"p": {"kind": "anthropic", "headers": {"x-token": "tok-1\r\nx: y"}}}},
+        "providers.p.headers.x-token: must be printable ASCII text "
+        "(no control characters or line breaks)",
+    ),
+    (
+        "a header name that is not a token",
+        {"providers": {"p": {"kind": "openai", "headers": {"x token": "v"}}}},
+        "providers.p.headers['x token']: is not a valid HTTP header name",
+    ),
+    (
+        "a stream limit that is not positive",
+        {"providers": {"p": {"kind": "openai", "stream_limits": {"max_line_bytes": 0}}}},
+        "providers.p.stream_limits.max_line_bytes: must be a positive integer",
+    ),
+    (
+        "an idle timeout that is not a number",
+        {"providers": {"p": {"kind": "anthropic", "stream_limits": {"idle_timeout": "5"}}}},
+        "providers.p.stream_limits.idle_timeout: must be a positive number, got string",
+    ),
+    (
+        "an unknown stream limit",
+        {"providers": {"p": {"kind": "openai", "stream_limits": {"max_line": 5}}}},
+        "providers.p.stream_limits.max_line: unknown key (did you mean 'max_line_bytes'? "
+        "allowed: max_line_bytes, max_event_bytes, max_output_chars, idle_timeout)",
+    ),
+    (
+        "stream limits on a scripted provider",
+        {"providers": {"s": {"kind": "scripted", "stream_limits": {}}}},
+        "providers.s.stream_limits: not valid for kind 'scripted'",
+    ),
+    (
         "provider name with a dot is quoted in the path",
         {"providers": {"a.b": {"kind": "x"}}},
         "providers['a.b'].kind: unknown provider kind 'x' (expected openai, anthropic or scripted)",
@@ -170,6 +209,27 @@ def test_provider_rejection_rules(source: dict[str, Any], expected: str) -> None
     before = copy.deepcopy(source)
     assert error_of(source) == f"<config>: {expected}"
     assert source == before
+
+
+def test_stream_limits_are_read_in_either_spelling() -> None:
+    raw = {
+        "o": {"kind": "openai", "stream_limits": {"max_line_bytes": 1000, "idle_timeout": 30}},
+        "a": {"kind": "anthropic", "streamLimits": {"maxOutputChars": 5, "maxEventBytes": 9}},
+    }
+    providers = load_config({"providers": raw}).providers
+    assert providers["o"].stream_limits == StreamLimitsConfig(max_line_bytes=1000, idle_timeout=30)
+    assert providers["a"].stream_limits == StreamLimitsConfig(max_output_chars=5, max_event_bytes=9)
+    assert converter.unstructure(providers["o"]) == {
+        "kind": "openai",
+        "stream_limits": {"max_line_bytes": 1000, "idle_timeout": 30.0},
+    }
+
+
+def test_a_header_value_is_never_quoted_in_an_error() -> None:
+    raw = {"kind": "openai", "headers": {"x-token": "tok-secret\n", "x-ok": "v"}}
+    message = error_of({"providers": {"p": raw}})
+    assert "tok-secret" not in message
+    assert "x-token" in message
 
 
 # --- validated once ---------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import trio
 
 from dsh_agent_loop import tool
 from dsh_agent_loop.llm.base import ReasoningDelta, TextDelta
+from dsh_agent_loop.llm.stream_limits import StreamLimits
 
 from .agent_helpers import (
     CLAUDE_KEY_ENV,
@@ -156,6 +157,8 @@ class Case:
     tools_ran: int = 0
     """Calls of the first message that ran (then a second step answers)."""
     timeout: tuple[float, float] | None = None
+    limits: StreamLimits | None = None
+    """The adapter's ``stream_limits`` (None: the defaults)."""
     refused_until: int = 0
     """The agent starts on a route whose port refuses connections; ``agent/request`` moves it to
     the live route from this attempt on (0: no dead route; the next turn is always live)."""
@@ -183,6 +186,9 @@ def ok(*replies: Reply, outcome: str = "completed", **kwargs: Any) -> Case:
 
 
 HUGE_ARGS = json.dumps({"text": "x" * 10_000_000})
+ROOMY = StreamLimits(max_line_bytes=16 << 20, max_event_bytes=16 << 20, max_output_chars=20 << 20)
+"""Stream limits above the 10 MB frame (the defaults refuse it)."""
+KEEPALIVE = b": keep-alive\n\n"
 
 CASES: dict[str, Case] = {
     # --- framing and stream faults (openai) ---
@@ -461,6 +467,31 @@ CASES: dict[str, Case] = {
         ),
         content=[{"type": "tool-call", "call_id": "big", "name": "write", "arguments": HUGE_ARGS}],
         tools_ran=1,
+        limits=ROOMY,
+    ),
+    "10 MB arguments past the default line cap": err(
+        Reply.sse(
+            b"".join(
+                [oai_call(0, "big", "write", HUGE_ARGS), oai({}, "tool_calls"), oai_usage(), DONE]
+            ),
+            piece=65_536,
+        ),
+        code="BAD_STREAM",
+        says="max_line_bytes (4194304)",
+    ),
+    "output past max_output_chars": err(
+        Reply(pieces=[oai({"content": "x" * 600}) for _ in range(4)] + [STOP, DONE]),
+        code="BAD_STREAM",
+        says="max_output_chars (2000)",
+        text="x" * 1800,
+        limits=StreamLimits(max_output_chars=2000),
+    ),
+    "keep-alives only, then the idle limit": rec(
+        Reply(pieces=[HI] + [KEEPALIVE] * 200, piece_delay=0.05),
+        code="TIMEOUT",
+        text="Hi",
+        says="idle timeout (0.5 s)",
+        limits=StreamLimits(idle_timeout=0.5),
     ),
     "read timeout mid-stream": rec(
         Reply(pieces=GOOD, hang_after=1), code="TIMEOUT", text="Hi", timeout=(2.0, 0.5)
@@ -671,7 +702,9 @@ def reroute(case: Case) -> Any:
 async def test_fault_through_a_whole_turn(name: str) -> None:
     case = CASES[name]
     good = GOOD_OPENAI if case.kind == "openai" else GOOD_CLAUDE
-    adapter_kwargs = {} if case.timeout is None else {"timeout": case.timeout}
+    adapter_kwargs: dict[str, Any] = {} if case.timeout is None else {"timeout": case.timeout}
+    if case.limits is not None:
+        adapter_kwargs["stream_limits"] = case.limits
     extra: dict[str, Any] = {}
     if case.refused_until:
         extra["dead"] = make_adapter(case.kind, refused_url())

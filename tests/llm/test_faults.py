@@ -38,6 +38,7 @@ from dsh_agent_loop.llm.base import (
 )
 from dsh_agent_loop.llm.openai import OpenAIAdapter, OpenAIStreamDecoder
 from dsh_agent_loop.llm.sse import SSEEvent
+from dsh_agent_loop.llm.stream_limits import StreamLimits
 
 from .server import (
     USER_HI,
@@ -345,7 +346,18 @@ STREAM_CASES: dict[str, tuple[Reply, list[Chunk | Err]]] = {
                 DONE,
             ]
         ),
-        [*PREFIX, TextDelta(0, " there"), *GOOD_CHUNKS[3:]],
+        [
+            *PREFIX,
+            BlockEnd(0),
+            BlockStart(1, "reasoning"),  # Magistral's thinking parts are reasoning, not answer
+            ReasoningDelta(1, "hm"),
+            BlockEnd(1),
+            BlockStart(2, "text"),
+            TextDelta(2, " th"),
+            TextDelta(2, "ere"),
+            BlockEnd(2),
+            *GOOD_CHUNKS[4:],
+        ],
     ),
     "keep-alive flood": (
         Reply.sse(
@@ -1004,7 +1016,10 @@ async def test_ten_megabyte_arguments(server: LoopbackServer) -> None:
     arguments = json.dumps({"text": "x" * 10_000_000})
     call = {"index": 0, "id": "big", "function": {"name": "write", "arguments": arguments}}
     data = b"".join([frame({"tool_calls": [call]}), frame({}, "tool_calls"), DONE])
-    chunks = await run_openai(server, Reply.sse(data, piece=65_536))
+    roomy = StreamLimits(
+        max_line_bytes=16 << 20, max_event_bytes=16 << 20, max_output_chars=20_000_000
+    )  # the defaults refuse a 10 MB line (``test_http.py``)
+    chunks = await run_openai(server, Reply.sse(data, piece=65_536), stream_limits=roomy)
     assert chunks == [
         BlockStart(0, "tool-call", "big", "write"),
         ToolCallDelta(0, arguments),

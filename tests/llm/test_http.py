@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any
+from typing import Any, final
 
 import httpx
 import pytest
@@ -31,8 +31,18 @@ from dsh_agent_loop.llm._http import (
     transport_failure,
     with_defaults,
 )
-from dsh_agent_loop.llm.base import Chunk, Failure, Finish, ModelError, ModelRequest, TextDelta
+from dsh_agent_loop.llm.base import (
+    Chunk,
+    Failure,
+    Finish,
+    ModelError,
+    ModelRequest,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+)
 from dsh_agent_loop.llm.sse import SSEEvent
+from dsh_agent_loop.llm.stream_limits import DEFAULT_STREAM_LIMITS, StreamLimits
 
 from .server import LoopbackServer, Reply, open_loopback_server, refused_url
 
@@ -40,7 +50,11 @@ from .server import LoopbackServer, Reply, open_loopback_server, refused_url
 
 
 class Decoder:
-    """``{"text": ...}`` frames are text deltas, ``{"finish": r}`` a finish, ``[DONE]`` the end."""
+    """``{"text": ...}`` frames are text deltas, ``{"finish": r}`` a finish, ``[DONE]`` the end.
+
+    ``{"reasoning": ...}`` and ``{"args": ...}`` frames are reasoning and tool-call deltas;
+    ``{}`` gives nothing (an empty frame).
+    """
 
     def __init__(self) -> None:
         self.finish: Finish | None = None
@@ -55,6 +69,12 @@ class Decoder:
         frame = json.loads(event.data)  # ValueError on a malformed frame
         if "finish" in frame:
             self.finish = Finish(frame["finish"])
+            return []
+        if "reasoning" in frame:
+            return [ReasoningDelta(1, frame["reasoning"])]
+        if "args" in frame:
+            return [ToolCallDelta(2, frame["args"])]
+        if not frame:
             return []
         return [TextDelta(0, frame["text"])]  # KeyError on a frame without text
 
@@ -87,6 +107,7 @@ async def pump(
     auth: dict[str, str] | None = None,
     decoder: Decoder | None = None,
     key_env: str | None = "TEST_KEY",
+    limits: StreamLimits = DEFAULT_STREAM_LIMITS,
 ) -> list[Chunk]:
     stream = post_stream(
         pool,
@@ -95,6 +116,7 @@ async def pump(
         auth=auth or {},
         decoder=decoder or Decoder(),
         key_env=key_env,
+        limits=limits,
     )
     async with aclosing(stream) as chunks:
         return [chunk async for chunk in chunks]
@@ -517,3 +539,144 @@ def test_other_client_errors_stay_http_4xx() -> None:
     assert status_failure(400, httpx.Headers(), raw, key_env=None).code == "HTTP_4XX"
     overflowish = json.dumps({"error": {"message": "context window"}}).encode()
     assert status_failure(500, httpx.Headers(), overflowish, key_env=None).code == "HTTP_5XX"
+
+
+# --- stream limits --------------------------------------------------------------------------
+
+
+@final
+class CountingTransport(httpx.AsyncBaseTransport):
+    """A real HTTP transport that counts the response body bytes the client pulled."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.read = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_Counted(response, self),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@final
+class _Counted(httpx.AsyncByteStream):
+    def __init__(self, response: httpx.Response, owner: CountingTransport) -> None:
+        self.response = response
+        self.owner = owner
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for piece in self.response.stream:  # type: ignore[union-attr]
+            self.owner.read += len(piece)
+            yield piece
+
+    async def aclose(self) -> None:
+        await self.response.aclose()
+
+
+NETWORK_READ = 65_536
+"""The most one read of the body can deliver (httpcore's read size)."""
+
+
+async def test_a_newline_less_flood_is_refused_after_at_most_cap_plus_one_read(
+    server: LoopbackServer,
+) -> None:
+    transport = CountingTransport()
+    pool = ClientPool(headers=None, timeout=(5.0, 5.0), transport=transport)
+    cap = 256 * 1024
+    server.push(Reply(pieces=[b"data: " + b"x" * 65_530] + [b"x" * 65_536] * 400))  # 26 MB
+    with trio.fail_after(30):  # a bound on a hang, not a measurement
+        chunks = await pump(pool, server.url, limits=StreamLimits(max_line_bytes=cap))
+    await pool.aclose()
+    failure = failure_of(chunks)
+    assert chunks == [Finish("error", failure=failure)]
+    assert failure.code == "BAD_STREAM"
+    assert failure.message == f"stream limit: an SSE line is longer than max_line_bytes ({cap})"
+    assert cap < transport.read <= cap + NETWORK_READ
+
+
+async def test_a_huge_event_of_short_lines_is_refused(server: LoopbackServer) -> None:
+    transport = CountingTransport()
+    pool = ClientPool(headers=None, timeout=(5.0, 5.0), transport=transport)
+    cap = 100_000
+    line = b"data: " + b"x" * 94 + b"\n"  # 101 bytes on the wire, 95 of the event's data
+    server.push(Reply.sse(sse({"text": "a"}) + line * 20_000, piece=4096))
+    limits = StreamLimits(max_line_bytes=1000, max_event_bytes=cap)
+    chunks = await pump(pool, server.url, limits=limits)
+    await pool.aclose()
+    assert chunks[0] == TextDelta(0, "a")
+    failure = failure_of(chunks)
+    assert failure.code == "BAD_STREAM"
+    assert "max_event_bytes (100000)" in failure.message
+    crossing = (cap // 95 + 1) * len(line) + len(sse({"text": "a"}))
+    assert transport.read <= crossing + NETWORK_READ
+
+
+async def test_streamed_output_past_its_cap_is_bad_stream(
+    server: LoopbackServer, pool: ClientPool
+) -> None:
+    frames = [{"text": "x" * 100}, {"reasoning": "r" * 100}, {"args": "a" * 100}] * 10
+    server.push(Reply.sse(sse(*frames, {"finish": "stop"}, "[DONE]")))
+    chunks = await pump(pool, server.url, limits=StreamLimits(max_output_chars=1000))
+    delivered = chunks[:-1]
+    assert len(delivered) == 10  # text, reasoning and arguments all count: 10 x 100 = the cap
+    assert {type(c) for c in delivered} == {TextDelta, ReasoningDelta, ToolCallDelta}
+    failure = failure_of(chunks)
+    assert failure.code == "BAD_STREAM"
+    assert "max_output_chars (1000)" in failure.message
+    # at the cap exactly, the stream completes
+    server.push(Reply.sse(sse(*frames[:10], {"finish": "stop"}, "[DONE]")))
+    chunks = await pump(pool, server.url, limits=StreamLimits(max_output_chars=1000))
+    assert chunks[-1] == Finish("stop")
+
+
+KEEPALIVE = b": keep-alive\n\n"
+
+
+async def test_keep_alives_alone_end_in_the_idle_timeout(
+    server: LoopbackServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    pool = ClientPool(headers=None, timeout=(1.0, 20.0), transport=None)
+    # Every 5 s a keep-alive comment, a blank line or an empty frame: the read timeout (20 s)
+    # never fires, and none of them is progress.
+    noise = [KEEPALIVE, b"\n", sse({})] * 400
+    server.push(Reply(pieces=[sse({"text": "a"}), *noise], piece_delay=5.0))
+    start = trio.current_time()
+    chunks = await pump(pool, server.url, limits=StreamLimits(idle_timeout=60.0))
+    elapsed = trio.current_time() - start
+    await pool.aclose()
+    assert chunks[0] == TextDelta(0, "a")
+    failure = failure_of(chunks)
+    assert failure.code == "TIMEOUT"
+    assert failure.message.startswith("idle timeout (60 s) expired")
+    assert 60.0 <= elapsed < 61.0  # virtual time: 60 s after the last chunk, not 6,000 s
+
+
+async def test_progress_restarts_the_idle_timeout(
+    server: LoopbackServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    pool = ClientPool(headers=None, timeout=(1.0, 20.0), transport=None)
+    pieces = []
+    for n in range(6):  # a chunk every 50 s, keep-alives between: 300 s in all
+        pieces += [sse({"text": str(n)}), *([KEEPALIVE] * 4)]
+    server.push(Reply(pieces=[*pieces, sse({"finish": "stop"}, "[DONE]")], piece_delay=10.0))
+    chunks = await pump(pool, server.url, limits=StreamLimits(idle_timeout=60.0))
+    await pool.aclose()
+    assert chunks == [*(TextDelta(0, str(n)) for n in range(6)), Finish("stop")]
+
+
+async def test_the_idle_timeout_defaults_to_the_read_timeout() -> None:
+    from dsh_agent_loop.llm._http import resolve_limits
+
+    assert resolve_limits(None, 42.0).idle_timeout == 42.0
+    assert resolve_limits(None, None).idle_timeout == 300.0
+    assert resolve_limits(StreamLimits(idle_timeout=5), 42.0).idle_timeout == 5
+    assert resolve_limits(StreamLimits(max_line_bytes=9), 7.0) == StreamLimits(
+        max_line_bytes=9, idle_timeout=7.0
+    )

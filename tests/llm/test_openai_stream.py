@@ -7,6 +7,7 @@ loopback server; these feed it frames directly and pin each normalisation rule.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -26,7 +27,7 @@ from dsh_agent_loop.llm.base import (
 )
 from dsh_agent_loop.llm.sse import SSEEvent, SSEParser
 
-from .server import transcript
+from .server import assemble, transcript
 
 DONE = SSEEvent("[DONE]")
 
@@ -143,16 +144,84 @@ def test_role_only_null_and_empty_deltas_give_nothing() -> None:
     assert decoder.end() == []  # no finish reason yet: the pump's STREAM_CUT
 
 
-def test_list_valued_content_keeps_only_text_parts() -> None:
+def test_list_valued_content_keeps_text_parts_and_skips_unknown_ones(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     content = [
         {"type": "text", "text": "a"},
         {"type": "image_url", "image_url": {"url": "data:"}},
         {"type": "text", "text": "b"},
     ]
     decoder = OpenAIStreamDecoder()
-    assert feed(decoder, frame({"content": content})) == [BlockStart(0, "text"), TextDelta(0, "ab")]
+    with caplog.at_level(logging.DEBUG, logger="dsh_agent_loop.llm.openai"):
+        chunks = feed(decoder, frame({"content": content}))
+    assert chunks == [BlockStart(0, "text"), TextDelta(0, "a"), TextDelta(0, "b")]
+    assert ["image_url" in r.getMessage() for r in caplog.records] == [True]
     # a list with no text opens no block
     assert feed(decoder, frame({"content": [{"type": "image_url"}]})) == []
+
+
+MAGISTRAL_THINKING = {"type": "thinking", "thinking": [{"type": "text", "text": "Let me see."}]}
+
+
+def test_thinking_parts_are_reasoning_never_answer() -> None:
+    """Magistral streams its reasoning as ``thinking`` parts of a list-valued ``content``."""
+    decoder = OpenAIStreamDecoder()
+    chunks = feed(
+        decoder,
+        frame({"role": "assistant", "content": [MAGISTRAL_THINKING]}),
+        frame({"content": [{"type": "thinking", "thinking": [{"type": "text", "text": " Ok"}]}]}),
+        frame({"content": [{"type": "text", "text": "42"}]}),
+        frame({}, "stop"),
+    )
+    assert chunks == [
+        BlockStart(0, "reasoning"),
+        ReasoningDelta(0, "Let me see."),
+        ReasoningDelta(0, " Ok"),
+        BlockEnd(0),
+        BlockStart(1, "text"),
+        TextDelta(1, "42"),
+        BlockEnd(1),
+    ]
+    assert assemble([*chunks, *decoder.end()]) == (
+        {"type": "reasoning", "text": "Let me see. Ok"},
+        {"type": "text", "text": "42"},
+    )
+
+
+def test_parts_of_one_delta_keep_their_order() -> None:
+    """Thinking and text in one list stay in their own blocks, in the order they came."""
+    decoder = OpenAIStreamDecoder()
+    content = [
+        {"type": "text", "text": "a"},
+        {"type": "thinking", "thinking": "plain string thinking"},
+        {"type": "thinking", "thinking": [{"type": "reference", "reference_ids": [1]}]},
+        {"type": "text", "text": "b"},
+    ]
+    assert feed(decoder, frame({"content": content})) == [
+        BlockStart(0, "text"),
+        TextDelta(0, "a"),
+        BlockEnd(0),
+        BlockStart(1, "reasoning"),
+        ReasoningDelta(1, "plain string thinking"),
+        BlockEnd(1),
+        BlockStart(2, "text"),
+        TextDelta(2, "b"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "thinking"},
+        {"type": "thinking", "thinking": 3},
+        {"type": "thinking", "thinking": [{"type": "text", "text": None}]},
+        {"type": "thinking", "thinking": ["text"]},
+    ],
+)
+def test_a_thinking_part_that_cannot_be_read_is_malformed(part: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=r"thinking|part"):
+        feed(OpenAIStreamDecoder(), frame({"content": [part]}))
 
 
 # --- refusals -----------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from dsh_agent_loop import (
     ConfigError,
     JsonlStore,
     OpenAIProvider,
+    load_config,
     open_runtime,
 )
 from dsh_agent_loop.config.providers import (
@@ -25,12 +26,21 @@ from dsh_agent_loop.config.providers import (
     ScriptedReplyConfig,
 )
 from dsh_agent_loop.llm.anthropic import AnthropicAdapter
-from dsh_agent_loop.llm.base import ModelAdapter
+from dsh_agent_loop.llm.base import Finish, ModelAdapter
 from dsh_agent_loop.llm.openai import OpenAIAdapter
 from dsh_agent_loop.llm.providers import HTTP_KINDS, adapter_from_config
 from dsh_agent_loop.llm.scripted import ScriptedModel
+from dsh_agent_loop.llm.stream_limits import StreamLimits
 
-from .server import LoopbackServer, Reply, open_loopback_server, refused_url, transcript
+from .server import (
+    LoopbackServer,
+    Reply,
+    closing,
+    collect,
+    open_loopback_server,
+    refused_url,
+    transcript,
+)
 
 
 def _transport() -> httpx.MockTransport:
@@ -197,3 +207,72 @@ async def test_timeout_forms_reach_the_adapter(timeout: Any, expected: tuple[flo
         assert (client.timeout.connect, client.timeout.read) == expected
     finally:
         await adapter.aclose()
+
+
+# --- stream limits ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        (None, StreamLimits(idle_timeout=300.0)),
+        ({"max_line_bytes": 1000}, StreamLimits(max_line_bytes=1000, idle_timeout=300.0)),
+        (
+            StreamLimits(max_output_chars=7, idle_timeout=3),
+            StreamLimits(max_output_chars=7, idle_timeout=3),
+        ),
+    ],
+)
+@pytest.mark.parametrize("cls", [OpenAIProvider, AnthropicProvider])
+async def test_stream_limits_reach_the_adapter(
+    cls: Any, given: Any, expected: StreamLimits
+) -> None:
+    async with closing(
+        cls(base_url="http://127.0.0.1:9", stream_limits=given).adapter("p")
+    ) as adapter:
+        assert adapter.stream_limits == expected
+
+
+async def test_the_idle_limit_defaults_to_the_read_timeout() -> None:
+    provider = OpenAIProvider(base_url="http://127.0.0.1:9", timeout=(2, 45))
+    async with closing(provider.adapter("p")) as adapter:
+        assert adapter.stream_limits.idle_timeout == 45.0
+    raw = {"kind": "anthropic", "timeout": {"read": 30}, "stream_limits": {"max_event_bytes": 99}}
+    config = load_config({"providers": {"a": raw}}).providers["a"]
+    async with closing(adapter_from_config("a", config)) as adapter:
+        assert adapter.stream_limits == StreamLimits(max_event_bytes=99, idle_timeout=30.0)
+
+
+def test_bad_stream_limits_are_config_errors() -> None:
+    with pytest.raises(ConfigError) as info:
+        OpenAIProvider(stream_limits={"max_line_bytes": 0, "idle_timeout": -1})
+    assert str(info.value) == (
+        "OpenAIProvider: stream_limits.max_line_bytes: must be a positive integer; "
+        "OpenAIProvider: stream_limits.idle_timeout: must be a positive number"
+    )
+    with pytest.raises(
+        ValueError, match=r"StreamLimits\.max_event_bytes must be a positive integer"
+    ):
+        StreamLimits(max_event_bytes=0)
+    with pytest.raises(ValueError, match=r"StreamLimits\.idle_timeout must be positive and finite"):
+        StreamLimits(idle_timeout=float("inf"))
+
+
+async def test_a_config_providers_stream_limits_apply_to_its_streams(
+    server: LoopbackServer,
+) -> None:
+    """A config's ``stream_limits`` is what the adapter reads its streams within."""
+    frames = b"".join(
+        b'data: {"choices": [{"index": 0, "delta": {"content": "' + b"x" * 100 + b'"}}]}\n\n'
+        for _ in range(5)
+    )
+    server.push(Reply.sse(frames))
+    raw = {"kind": "openai", "base_url": server.url, "stream_limits": {"max_output_chars": 250}}
+    config = load_config({"providers": {"o": raw}}).providers["o"]
+    async with closing(adapter_from_config("o", config)) as adapter:
+        chunks = await collect(adapter, {"model": "gpt-4o"})
+    finish = chunks[-1]
+    assert isinstance(finish, Finish)
+    assert finish.failure is not None
+    assert finish.failure.code == "BAD_STREAM"
+    assert "max_output_chars (250)" in finish.failure.message

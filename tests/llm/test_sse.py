@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh_agent_loop.llm.sse import SSEEvent, SSEParser
+from dsh_agent_loop.llm.sse import SSEEvent, SSELimitError, SSEParser
 
 
 def parse(*pieces: bytes | str) -> tuple[list[SSEEvent], bool]:
@@ -226,3 +226,107 @@ def test_resplitting_arbitrary_bytes_is_invariant(raw: bytes, data: st.DataObjec
     cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=10)))
     pieces = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)]
     assert parse(*pieces) == parse(raw)
+
+
+# --- limits ---------------------------------------------------------------------------------
+
+
+def _capped(
+    *pieces: bytes | str, line: int | None = None, event: int | None = None
+) -> tuple[list[SSEEvent], bool]:
+    parser = SSEParser(max_line_bytes=line, max_event_bytes=event)
+    events: list[SSEEvent] = []
+    for piece in pieces:
+        events += parser.feed(piece)
+    return events, parser.close()
+
+
+def test_a_line_without_an_end_is_refused_as_soon_as_it_passes_the_cap() -> None:
+    parser = SSEParser(max_line_bytes=1000)
+    piece = b"data: " + b"x" * 94  # a newline-less flood in 100-byte pieces
+    for _ in range(10):
+        assert parser.feed(piece) == []  # 1,000 bytes: at the cap, not past it
+    with pytest.raises(SSELimitError, match=r"max_line_bytes \(1000\)"):
+        parser.feed(piece)  # the 11th piece crosses it: at most cap + one piece was held
+
+
+def test_a_line_of_exactly_the_cap_passes_and_one_byte_more_is_refused() -> None:
+    line = b"data: " + b"x" * 994  # 1000 bytes
+    assert _capped(line + b"\n\n", line=1000) == ([SSEEvent("x" * 994)], False)
+    assert _capped(line[:500], line[500:] + b"\n\n", line=1000)[0] == [SSEEvent("x" * 994)]
+    for pieces in ([line + b"x\n\n"], [line[:500], line[500:] + b"x\n\n"], [line + b"x"]):
+        with pytest.raises(SSELimitError):
+            _capped(*pieces, line=1000)
+
+
+def test_a_long_line_inside_one_piece_is_refused() -> None:
+    with pytest.raises(SSELimitError):
+        _capped("data: ok\n\n: " + "c" * 2000 + "\ndata: x\n\n", line=1000)
+
+
+def test_lines_are_counted_in_utf8_bytes() -> None:
+    fits = "data: " + "é" * 497  # 6 + 994 bytes, 503 characters
+    assert _capped(fits.encode() + b"\n\n", line=1000)[0] == [SSEEvent("é" * 497)]
+    assert _capped(fits + "\n\n", line=1000)[0] == [SSEEvent("é" * 497)]
+    for over in (fits + "éé\n\n", fits + "éé"):  # 1004 bytes, 505 characters
+        with pytest.raises(SSELimitError):
+            _capped(over.encode(), line=1000)
+        with pytest.raises(SSELimitError):
+            _capped(over, line=1000)
+
+
+def test_an_event_is_capped_across_its_data_lines() -> None:
+    fits = b"data: " + b"a" * 49 + b"\ndata: " + b"b" * 50 + b"\n\n"  # 49 + 1 + 50 = 100
+    assert _capped(fits, event=100)[0] == [SSEEvent("a" * 49 + "\n" + "b" * 50)]
+    with pytest.raises(SSELimitError, match=r"max_event_bytes \(100\)"):
+        _capped(b"data: " + b"a" * 50 + b"\ndata:" + b"b" * 50 + b"\n\n", event=100)
+    many = b"".join(b"data: " + b"x" * 9 + b"\n" for _ in range(1000))  # short lines, big event
+    with pytest.raises(SSELimitError):
+        _capped(many, event=100, line=100)
+
+
+def test_comments_and_other_fields_do_not_count_toward_the_event() -> None:
+    raw = (
+        b": "
+        + b"c" * 500
+        + b"\nevent: e\ndata: "
+        + b"d" * 100
+        + b"\n\ndata: "
+        + b"d" * 100
+        + b"\n\n"
+    )
+    events, _ = _capped(raw, event=100, line=1000)
+    assert events == [SSEEvent("d" * 100, "e"), SSEEvent("d" * 100)]
+
+
+def test_keep_alives_are_never_held() -> None:
+    parser = SSEParser(max_line_bytes=20, max_event_bytes=20)
+    for _ in range(10_000):
+        assert parser.feed(b": keep-alive\n\n") == []
+    assert parser.feed(b"data: x\n\n") == [SSEEvent("x")]
+
+
+def _line_texts(events: list[tuple[str | None, str | None, list[str], bool]]) -> list[str]:
+    lines: list[str] = []
+    for kind, ident, data, comment in events:
+        lines += [f"event: {kind}"] if kind is not None else []
+        lines += [f"id: {ident}"] if ident is not None else []
+        lines += [": keep-alive"] if comment else []
+        lines += [f"data: {line}" for line in data]
+    return lines
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_event, min_size=1, max_size=6), st.data())
+def test_caps_at_the_largest_sizes_change_nothing_and_one_byte_less_refuses(events, data) -> None:  # type: ignore[no-untyped-def]
+    raw = _serialise(events, data)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=10)))
+    pieces = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)]
+    line = max(len(text.encode()) for text in _line_texts(events))
+    event = max(len("\n".join(lines).encode()) for _, _, lines, _ in events)
+    assert _capped(*pieces, line=line, event=event) == parse(raw)
+    with pytest.raises(SSELimitError):
+        _capped(*pieces, line=line - 1)
+    if event:
+        with pytest.raises(SSELimitError):
+            _capped(*pieces, event=event - 1)

@@ -9,6 +9,7 @@ provider key, whatever the kind.
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import Any, Final, Literal, TypeAlias, final
@@ -37,6 +38,7 @@ __all__ = [
     "ScriptedProviderConfig",
     "ScriptedReplyConfig",
     "ScriptedToolCallConfig",
+    "StreamLimitsConfig",
     "TimeoutConfig",
     "provider_faults",
 ]
@@ -49,6 +51,22 @@ class TimeoutConfig:
 
     connect: PositiveNumber = 10.0
     read: PositiveNumber = 300.0
+
+
+@final
+@attrs.frozen
+class StreamLimitsConfig:
+    """Bounds on one provider's streams (``stream_limits``); None: the adapter's default.
+
+    The defaults and what happens past each bound are ``StreamLimits``' (``llm/stream_limits.py``):
+    4 MiB a line, 8 MiB an event, 2,000,000 characters of output, idle for the read timeout.
+    """
+
+    max_line_bytes: PositiveInt | None = None
+    max_event_bytes: PositiveInt | None = None
+    max_output_chars: PositiveInt | None = None
+    idle_timeout: PositiveNumber | None = None
+    """Seconds without a chunk (None: the provider's ``timeout.read``)."""
 
 
 @final
@@ -95,6 +113,7 @@ class OpenAIProviderConfig:
     """The env var holding the key; absent, null or ``""``: no key is sent (keyless servers)."""
     headers: Mapping[str, str] = attrs.field(factory=FrozenDict, converter=frozen_map)
     timeout: TimeoutConfig = attrs.field(factory=TimeoutConfig)
+    stream_limits: StreamLimitsConfig = attrs.field(factory=StreamLimitsConfig)
     stream_usage: bool = True
     system_prompt_update: Literal["in-history", "head"] | None = None
     """None: from the built-in model table (``deepseek-*`` → ``in-history``, else head)."""
@@ -116,6 +135,7 @@ class AnthropicProviderConfig:
     """The env var holding the key; absent, null or ``""``: no key is sent."""
     headers: Mapping[str, str] = attrs.field(factory=FrozenDict, converter=frozen_map)
     timeout: TimeoutConfig = attrs.field(factory=TimeoutConfig)
+    stream_limits: StreamLimitsConfig = attrs.field(factory=StreamLimitsConfig)
     system_prompt_update: Literal["in-history", "head"] | None = None
     """Only ``head`` (or None): Anthropic takes one system prompt."""
     context_window: PositiveInt | None = None
@@ -151,6 +171,7 @@ PROVIDER_KEYS: Final = (
     "api_key_env",
     "headers",
     "timeout",
+    "stream_limits",
     "stream_usage",
     "system_prompt_update",
     "context_window",
@@ -167,6 +188,7 @@ _HTTP_ONLY: Final = (
     "api_key_env",
     "headers",
     "timeout",
+    "stream_limits",
     "stream_usage",
     "models",
     "reasoning_replay",
@@ -212,12 +234,41 @@ def provider_faults(providers: Mapping[Any, Any]) -> Iterator[Fault]:
         for key in provider:
             if _snake(key) in wrong:
                 yield ("providers", str(name), key), why
-        base_url = _get(provider, "base_url")
-        if kind != "scripted" and isinstance(base_url, str) and not _is_http_url(base_url):
-            where = ("providers", str(name), _written(provider, "base_url"))
-            yield where, "must be an http:// or https:// URL"
+        if kind != "scripted":
+            yield from _http_faults(str(name), provider)
         if kind == "anthropic":
             yield from _anthropic_faults(str(name), provider)
+
+
+def _http_faults(name: str, provider: Mapping[Any, Any]) -> Iterator[Fault]:
+    """``base_url`` and ``headers`` of an HTTP provider; messages never quote their values."""
+    base_url = _get(provider, "base_url")
+    if isinstance(base_url, str):
+        url_path = ("providers", name, _written(provider, "base_url"))
+        if _has_userinfo(base_url):
+            yield url_path, "must not carry a user name or password (user:pass@); use api_key_env"
+        elif not _is_http_url(base_url):
+            yield url_path, "must be an http:// or https:// URL"
+    headers = _get(provider, "headers")
+    if isinstance(headers, Mapping):
+        for header, value in headers.items():
+            path = ("providers", name, _written(provider, "headers"), str(header))
+            if isinstance(header, str) and not _HEADER_NAME.fullmatch(header):
+                yield path, "is not a valid HTTP header name"
+            elif isinstance(value, str) and not (value.isascii() and value.isprintable()):
+                yield path, "must be printable ASCII text (no control characters or line breaks)"
+
+
+#: An HTTP header name (RFC 9110 ``token``).
+_HEADER_NAME: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def _has_userinfo(url: str) -> bool:
+    """Whether ``url`` names a user (``user:pass@host``): httpx would send it as Basic auth."""
+    try:
+        return "@" in urllib.parse.urlsplit(url).netloc
+    except ValueError:
+        return "@" in url
 
 
 def _is_http_url(url: str) -> bool:

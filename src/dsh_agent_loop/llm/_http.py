@@ -12,6 +12,12 @@ The pump never raises (only ``trio.Cancelled`` escapes): every failure, before o
 stream, is yielded as one ``Finish(reason="error")`` after whatever chunks were delivered. A
 frame decoder that has seen the provider's end marker stops the pump; the rest of the body is
 then drained briefly so that the connection goes back to the pool instead of being closed.
+
+The pump reads within the provider's ``StreamLimits``: a line or event over its byte cap, or
+more streamed text, reasoning and arguments than ``max_output_chars``, is ``BAD_STREAM``; a
+stream that yields no chunk for ``idle_timeout`` seconds (keep-alives do not count) is
+``TIMEOUT``. Every failure message it yields is redacted with the request's secrets (its key
+and configured header values, ``_secrets.py``).
 """
 
 from __future__ import annotations
@@ -19,19 +25,22 @@ from __future__ import annotations
 import email.utils
 import json
 import math
-import os
 import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
 from datetime import UTC
-from typing import Any, Final, Protocol, final
+from typing import Any, Final, final
 
+import attrs
 import httpx
 import trio
 
 from .._frozen import json_default
-from .base import Chunk, Failure, Finish, ModelError, ModelRequest
-from .sse import SSEEvent, SSEParser
+from ._reader import BodyReader, FrameDecoder
+from ._secrets import check_headers, read_api_key, redact
+from .base import Chunk, Failure, Finish, ModelRequest
+from .stream_limits import DEFAULT_STREAM_LIMITS, StreamLimits
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -45,6 +54,7 @@ __all__ = [
     "parse_retry_after",
     "post_stream",
     "read_api_key",
+    "resolve_limits",
     "status_failure",
     "stream_sse",
     "token_count",
@@ -62,38 +72,25 @@ _DRAIN_SECONDS: Final = 1.0
 """How long to wait for the end of a body after the provider's end marker (connection reuse)."""
 
 
-class FrameDecoder(Protocol):
-    """Turns one provider's SSE events into chunks (sans-I/O)."""
-
-    @property
-    def done(self) -> bool:
-        """True once the provider's end marker or an error frame was seen: stop reading."""
-        ...
-
-    def feed(self, event: SSEEvent) -> list[Chunk]:
-        """Normalise one event; a list that sets ``done`` ends with the ``finish``.
-
-        A malformed frame raises ``ValueError``, ``TypeError``, ``KeyError``, ... (the pump
-        reports it as ``BAD_STREAM``).
-        """
-        ...
-
-    def end(self) -> list[Chunk]:
-        """The final ``[usage?, finish]`` when a finish was seen, else ``[]`` (stream cut)."""
-        ...
-
-
 def endpoint(base_url: str, path: str) -> str:
     """``base_url`` (trailing slashes ignored) joined with ``path``.
 
     Raises:
-        ValueError: ``base_url`` is not an ``http``/``https`` URL with a host.
+        ValueError: ``base_url`` is not an ``http``/``https`` URL with a host, or it carries a
+            user name or password (httpx would send them as Basic auth instead of the key; the
+            message does not quote such a URL).
     """
     url = base_url.rstrip("/") + path
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL as exc:
+        if "@" in base_url:
+            raise ValueError("invalid base_url (not shown: it contains '@')") from None
         raise ValueError(f"invalid base_url {base_url!r}: {exc}") from None
+    if parsed.userinfo:
+        raise ValueError(
+            "base_url must not carry a user name or password (user:pass@); use api_key_env"
+        )
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise ValueError(f"base_url must be an http:// or https:// URL, not {base_url!r}")
     return url
@@ -117,6 +114,9 @@ class ClientPool:
     """One adapter's pooled ``httpx.AsyncClient``, created on first use and closed by ``aclose``.
 
     There is no connection limit: how many calls run at once is the runtime's decision.
+
+    Raises:
+        ValueError: a header name or value that cannot be sent (``_secrets.check_headers``).
     """
 
     def __init__(
@@ -126,7 +126,7 @@ class ClientPool:
         timeout: TimeoutSpec,
         transport: httpx.AsyncBaseTransport | None,
     ) -> None:
-        self._headers = dict(headers or {})
+        self._headers = check_headers(headers)
         self._timeout = make_timeout(timeout)
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
@@ -142,6 +142,11 @@ class ClientPool:
             )
         return self._client
 
+    @property
+    def read_timeout(self) -> float | None:
+        """The client's read timeout in seconds (None: none)."""
+        return self._timeout.read
+
     async def aclose(self) -> None:
         """Close the client and its connections."""
         client, self._client = self._client, None
@@ -149,18 +154,15 @@ class ClientPool:
             await client.aclose()
 
 
-def read_api_key(env: str | None) -> str | None:
-    """The API key from env var ``env`` (None when no var is configured: None or ``""``).
+def resolve_limits(limits: StreamLimits | None, read_timeout: float | None) -> StreamLimits:
+    """``limits`` (None: the defaults) with an unset ``idle_timeout`` taken from the read timeout.
 
-    Raises:
-        ModelError: ``AUTH`` when the variable is unset or empty.
+    Without a read timeout either, the idle limit is the default read timeout (300 s).
     """
-    if not env:
-        return None
-    key = os.environ.get(env)
-    if not key:
-        raise ModelError(Failure("AUTH", f"missing API key: environment variable {env} is not set"))
-    return key
+    limits = DEFAULT_STREAM_LIMITS if limits is None else limits
+    if limits.idle_timeout is not None:
+        return limits
+    return attrs.evolve(limits, idle_timeout=read_timeout or DEFAULT_TIMEOUT[1])
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
@@ -381,22 +383,22 @@ async def _check_response(response: httpx.Response, key_env: str | None) -> Fail
     return None
 
 
-_MALFORMED: Final = (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError)
-"""What a decoder raises for a frame it cannot read (``RecursionError``: JSON nested too deep)."""
+def _scrub(chunk: Chunk, secrets: Sequence[str]) -> Chunk:
+    """``chunk``, its failure message redacted when it is an error finish."""
+    if not secrets or type(chunk) is not Finish or chunk.failure is None:
+        return chunk
+    message = redact(chunk.failure.message, secrets)
+    if message == chunk.failure.message:
+        return chunk
+    return attrs.evolve(chunk, failure=attrs.evolve(chunk.failure, message=message))
 
 
-def _decode(parser: SSEParser, decoder: FrameDecoder, piece: bytes) -> list[Chunk]:
-    out: list[Chunk] = []
-    for event in parser.feed(piece):
-        try:
-            out += decoder.feed(event)
-        except _MALFORMED as exc:
-            detail = f"{str(exc) or type(exc).__name__}: {event.data[:200]!r}"
-            out.append(error_finish("BAD_STREAM", f"malformed frame: {detail}"))
-            return out
-        if decoder.done:
-            break
-    return out
+def _idle_failure(seconds: float) -> Failure:
+    return Failure(
+        "TIMEOUT",
+        f"idle timeout ({seconds:g} s) expired: the stream made no progress "
+        "(keep-alive comments, blank lines and empty frames do not count)",
+    )
 
 
 async def stream_sse(
@@ -407,44 +409,38 @@ async def stream_sse(
     body: bytes,
     decoder: FrameDecoder,
     key_env: str | None,
+    limits: StreamLimits = DEFAULT_STREAM_LIMITS,
+    secrets: Sequence[str] = (),
 ) -> AsyncGenerator[Chunk, None]:
-    """POST ``body`` to ``url`` and yield the decoded chunks; never raises (see module doc)."""
-    request = client.build_request("POST", url, headers=headers, content=body)
+    """POST ``body`` to ``url`` and yield the decoded chunks; never raises (see module doc).
+
+    Args:
+        client: The provider's pooled client.
+        url: The endpoint.
+        headers: This request's headers (its auth included).
+        body: The JSON body.
+        decoder: The provider's frame decoder, fresh for this attempt.
+        key_env: The key's env var, named by an ``AUTH`` failure.
+        limits: The stream limits (an unset ``idle_timeout``: 300 s).
+        secrets: Texts redacted from every failure message (``_secrets.secret_forms``).
+    """
     try:
+        request = client.build_request("POST", url, headers=headers, content=body)
         response = await client.send(request, stream=True)
     except httpx.HTTPError as exc:
-        yield Finish("error", failure=transport_failure(exc, started=False))
+        yield _scrub(Finish("error", failure=transport_failure(exc, started=False)), secrets)
         return
     pieces: AsyncIterator[bytes] | None = None
     try:
         failure = await _check_response(response, key_env)
         if failure is not None:
-            yield Finish("error", failure=failure)
+            yield _scrub(Finish("error", failure=failure), secrets)
             return
-        parser = SSEParser()
-        cut: Failure | None = None
         pieces = response.aiter_bytes()
-        while True:
-            try:
-                piece = await anext(pieces)
-            except StopAsyncIteration:
-                break
-            except httpx.HTTPError as exc:
-                cut = transport_failure(exc, started=True)
-                break
-            chunks = _decode(parser, decoder, piece)
-            last = chunks[-1] if chunks else None
-            if isinstance(last, Finish):
-                for chunk in chunks[:-1]:
-                    yield chunk
-                if last.failure is None:  # let the connection go back to the pool
-                    await _discard(pieces, _DRAIN_SECONDS)
-                yield last
-                return
-            for chunk in chunks:
-                yield chunk
-        for chunk in _final(parser, decoder, cut):
-            yield chunk
+        reader = BodyReader(decoder, limits)
+        async with aclosing(_read_body(pieces, reader, limits.idle_timeout)) as chunks:
+            async for chunk in chunks:
+                yield _scrub(chunk, secrets)
     finally:
         try:
             if pieces is not None:
@@ -453,16 +449,41 @@ async def stream_sse(
             await response.aclose()
 
 
-def _final(parser: SSEParser, decoder: FrameDecoder, cut: Failure | None) -> list[Chunk]:
-    truncated = parser.close()
-    final = decoder.end()
-    if final:
-        return final  # the finish arrived; a cut after it loses nothing but the end marker
-    if cut is None:
-        cut = Failure(
-            "STREAM_CUT", f"stream ended {'mid-event' if truncated else 'without a finish'}"
-        )
-    return [Finish("error", failure=cut)]
+async def _read_body(
+    pieces: AsyncIterator[bytes], reader: BodyReader, idle: float | None
+) -> AsyncGenerator[Chunk, None]:
+    """The chunks of a 200 event-stream body, ending with its finish (see ``stream_sse``)."""
+    idle = idle or DEFAULT_TIMEOUT[1]
+    deadline = trio.current_time() + idle
+    cut: Failure | None = None
+    while True:
+        try:
+            with trio.move_on_at(deadline) as waiting:
+                piece = await anext(pieces)
+        except StopAsyncIteration:
+            break
+        except httpx.HTTPError as exc:
+            cut = transport_failure(exc, started=True)
+            break
+        if waiting.cancelled_caught:
+            cut = _idle_failure(idle)
+            break
+        chunks = reader.decode(piece)
+        if not chunks:
+            continue
+        deadline = trio.current_time() + idle
+        last = chunks[-1]
+        if isinstance(last, Finish):
+            for chunk in chunks[:-1]:
+                yield chunk
+            if last.failure is None:  # let the connection go back to the pool
+                await _discard(pieces, _DRAIN_SECONDS)
+            yield last
+            return
+        for chunk in chunks:
+            yield chunk
+    for chunk in reader.final(cut):
+        yield chunk
 
 
 def with_defaults(request: ModelRequest, defaults: Mapping[str, Any]) -> ModelRequest:
@@ -480,6 +501,8 @@ def post_stream(
     auth: Mapping[str, str],
     decoder: FrameDecoder,
     key_env: str | None,
+    limits: StreamLimits = DEFAULT_STREAM_LIMITS,
+    secrets: Sequence[str] = (),
 ) -> AsyncGenerator[Chunk, None]:
     """Stream one attempt: POST ``body`` as JSON with ``auth`` headers (see ``stream_sse``)."""
     headers = {"accept": "text/event-stream", "content-type": "application/json", **auth}
@@ -492,4 +515,6 @@ def post_stream(
         ).encode(),
         decoder=decoder,
         key_env=key_env,
+        limits=limits,
+        secrets=secrets,
     )

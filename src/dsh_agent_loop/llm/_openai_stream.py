@@ -3,11 +3,18 @@
 Split from ``openai.py`` (which re-exports ``OpenAIStreamDecoder``). Pure and sans-I/O: every
 value read from a frame is type-checked before it becomes a chunk, and a frame the decoder
 cannot read raises ``ValueError`` (the pump reports it as a ``BAD_STREAM`` attempt failure).
+
+A delta's ``content`` is a string or a list of typed parts, read in order: ``text`` parts are
+the answer; ``thinking`` parts (Mistral's Magistral: ``{"type": "thinking", "thinking":
+[{"type": "text", "text": ...}]}``, or the text as a string) are the model's reasoning, kept as
+a reasoning block and never mixed into the answer. Parts of any other type are skipped, with a
+debug log line.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, final
 
@@ -27,6 +34,8 @@ from .base import (
 from .sse import SSEEvent
 
 __all__ = ["OpenAIStreamDecoder"]
+
+_log: Final = logging.getLogger("dsh_agent_loop.llm.openai")
 
 _FINISH: Final[Mapping[str, FinishReason]] = {
     "stop": "stop",
@@ -76,18 +85,36 @@ def _string(value: Any, what: str) -> str | None:
     raise ValueError(f"{what} is not a string")
 
 
-def _content_text(content: Any) -> str:
-    """The text of a delta's ``content`` given as a list of typed parts (text parts count)."""
-    if type(content) is not list:
-        raise ValueError("delta content is neither a string nor a list of parts")
+def _part_kind(part: Any) -> str:
+    if type(part) is not dict or type(kind := part.get("type")) is not str:
+        raise ValueError("a content part is not an object with a type")
+    return kind
+
+
+def _part_text(part: Mapping[str, Any]) -> str:
+    if type(text := part.get("text")) is not str:
+        raise ValueError("a text part has no string text")
+    return text
+
+
+def _skipped(kind: str, where: str) -> None:
+    _log.debug("openai stream: skipped a %s part of unknown type %r", where, kind[:64])
+
+
+def _thinking_text(part: Mapping[str, Any]) -> str:
+    """The reasoning text of a ``thinking`` part: its text parts, or the text itself."""
+    thinking = part.get("thinking")
+    if type(thinking) is str:
+        return thinking
+    if type(thinking) is not list:
+        raise ValueError("a thinking part's thinking is neither a string nor a list of parts")
     texts: list[str] = []
-    for part in content:
-        if type(part) is not dict or type(kind := part.get("type")) is not str:
-            raise ValueError("a content part is not an object with a type")
+    for inner in thinking:
+        kind = _part_kind(inner)
         if kind == "text":
-            if type(text := part.get("text")) is not str:
-                raise ValueError("a text part has no string text")
-            texts.append(text)
+            texts.append(_part_text(inner))
+        else:
+            _skipped(kind, "thinking")
     return "".join(texts)
 
 
@@ -234,13 +261,12 @@ class OpenAIStreamDecoder:
         if reasoning:
             if type(reasoning) is not str:
                 raise ValueError("reasoning is not a string")
-            if self._open_kind != "reasoning":
-                self._open_block("reasoning", out)
-            out.append(ReasoningDelta(self._open, reasoning))
-        if text := delta.get("content"):
-            if type(text) is not str:
-                text = _content_text(text)
-            self._text(text, out)
+            self._reasoning(reasoning, out)
+        if content := delta.get("content"):
+            if type(content) is str:
+                self._text(content, out)
+            else:
+                self._parts(content, out)
         if refusal := delta.get("refusal"):
             if type(refusal) is not str:
                 raise ValueError("refusal is not a string")
@@ -251,12 +277,32 @@ class OpenAIStreamDecoder:
                 raise ValueError("tool_calls is not a list")
             self._tool_calls(tool_calls, out)
 
+    def _parts(self, content: Any, out: list[Chunk]) -> None:
+        """A ``content`` list of typed parts, in order (see the module doc)."""
+        if type(content) is not list:
+            raise ValueError("delta content is neither a string nor a list of parts")
+        for part in content:
+            kind = _part_kind(part)
+            if kind == "text":
+                self._text(_part_text(part), out)
+            elif kind == "thinking":
+                self._reasoning(_thinking_text(part), out)
+            else:
+                _skipped(kind, "content")
+
     def _text(self, text: str, out: list[Chunk]) -> None:
         if not text:
             return
         if self._open_kind != "text":
             self._open_block("text", out)
         out.append(TextDelta(self._open, text))
+
+    def _reasoning(self, text: str, out: list[Chunk]) -> None:
+        if not text:
+            return
+        if self._open_kind != "reasoning":
+            self._open_block("reasoning", out)
+        out.append(ReasoningDelta(self._open, text))
 
     def _open_block(self, kind: str | None, out: list[Chunk]) -> None:
         if self._open_kind is not None:

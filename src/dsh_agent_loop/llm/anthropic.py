@@ -36,10 +36,13 @@ from ._http import (
     failed_stream,
     post_stream,
     read_api_key,
+    resolve_limits,
     with_defaults,
 )
+from ._secrets import secret_forms
 from .base import Chunk, Failure, ModelError, ModelRequest, PreparedCall
 from .models import lookup_model, resolve_model
+from .stream_limits import StreamLimits
 
 if TYPE_CHECKING:
     from ..config import AnthropicProviderConfig
@@ -243,9 +246,15 @@ class AnthropicAdapter:
             sends no key unless its section names the variable.
         headers: Extra request headers (for example ``anthropic-beta``).
         timeout: ``(connect, read)`` seconds, ``{connect, read}`` or one number.
+        stream_limits: Bounds on each stream (None: ``StreamLimits()``; an unset
+            ``idle_timeout`` is the read timeout).
         context_window: The provider-wide context window (overrides the table).
         models: Per-model overrides ``{NAME: {context_window, max_tokens, reasoning_effort}}``.
         transport: An httpx transport (tests: ``httpx.MockTransport``).
+
+    Raises:
+        ValueError: a ``base_url`` with a user name or password, or a header that cannot be
+            sent.
     """
 
     def __init__(
@@ -256,6 +265,7 @@ class AnthropicAdapter:
         api_key_env: str | None = "ANTHROPIC_API_KEY",
         headers: Mapping[str, str] | None = None,
         timeout: TimeoutSpec = DEFAULT_TIMEOUT,
+        stream_limits: StreamLimits | None = None,
         context_window: int | None = None,
         models: Mapping[str, Mapping[str, Any]] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
@@ -270,6 +280,8 @@ class AnthropicAdapter:
             timeout=timeout,
             transport=transport,
         )
+        self._limits = resolve_limits(stream_limits, self._pool.read_timeout)
+        self._header_secrets = secret_forms((headers or {}).values())
 
     @classmethod
     def from_config(
@@ -293,6 +305,7 @@ class AnthropicAdapter:
             api_key_env=config.api_key_env or None,
             headers=config.headers,
             timeout=(config.timeout.connect, config.timeout.read),
+            stream_limits=StreamLimits.from_config(config.stream_limits),
             context_window=config.context_window,
             models={
                 model: attrs.asdict(entry, filter=lambda _, value: value is not None)
@@ -353,9 +366,22 @@ class AnthropicAdapter:
             self.url,
             body,
             auth=auth,
+            limits=self._limits,
+            secrets=self._secrets(key),
             decoder=AnthropicStreamDecoder(),
             key_env=self.api_key_env,
         )
+
+    def _secrets(self, key: str | None) -> tuple[str, ...]:
+        """What no failure message may show: the key and the configured header values."""
+        return (
+            self._header_secrets if key is None else (*secret_forms([key]), *self._header_secrets)
+        )
+
+    @property
+    def stream_limits(self) -> StreamLimits:
+        """The bounds each stream is read within (``idle_timeout`` resolved)."""
+        return self._limits
 
     async def aclose(self) -> None:
         """Close the pooled client (it is created again if the adapter is used later)."""

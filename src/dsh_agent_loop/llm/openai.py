@@ -36,9 +36,11 @@ from ._http import (
     failed_stream,
     post_stream,
     read_api_key,
+    resolve_limits,
     with_defaults,
 )
 from ._openai_stream import OpenAIStreamDecoder
+from ._secrets import secret_forms
 from .base import (
     Chunk,
     Failure,
@@ -48,6 +50,7 @@ from .base import (
     SystemPromptUpdate,
 )
 from .models import REASONING_REPLAY_MODES, ModelInfo, ReasoningReplay, resolve_model
+from .stream_limits import StreamLimits
 
 if TYPE_CHECKING:
     from ..config import OpenAIProviderConfig
@@ -169,6 +172,8 @@ class OpenAIAdapter:
             key.
         headers: Extra request headers.
         timeout: ``(connect, read)`` seconds, ``{connect, read}`` or one number.
+        stream_limits: Bounds on each stream (None: ``StreamLimits()``; an unset
+            ``idle_timeout`` is the read timeout).
         stream_usage: Ask for usage in the stream (``stream_options.include_usage``).
         system_prompt_update: ``in-history``, ``head``/None, or ``auto`` (the model table).
         context_window: The provider-wide context window (overrides the table).
@@ -179,7 +184,8 @@ class OpenAIAdapter:
         transport: An httpx transport (tests: ``httpx.MockTransport``).
 
     Raises:
-        ValueError: an invalid ``system_prompt_update`` or ``reasoning_replay``.
+        ValueError: an invalid ``system_prompt_update`` or ``reasoning_replay``, a ``base_url``
+            with a user name or password, or a header that cannot be sent.
     """
 
     def __init__(
@@ -190,6 +196,7 @@ class OpenAIAdapter:
         api_key_env: str | None = None,
         headers: Mapping[str, str] | None = None,
         timeout: TimeoutSpec = DEFAULT_TIMEOUT,
+        stream_limits: StreamLimits | None = None,
         stream_usage: bool = True,
         system_prompt_update: str | None = _FROM_TABLE,
         context_window: int | None = None,
@@ -213,6 +220,8 @@ class OpenAIAdapter:
         self._replay = reasoning_replay
         self._models = models
         self._pool = ClientPool(headers=headers, timeout=timeout, transport=transport)
+        self._limits = resolve_limits(stream_limits, self._pool.read_timeout)
+        self._header_secrets = secret_forms((headers or {}).values())
 
     @classmethod
     def from_config(
@@ -238,6 +247,7 @@ class OpenAIAdapter:
             api_key_env=config.api_key_env or None,
             headers=config.headers,
             timeout=(config.timeout.connect, config.timeout.read),
+            stream_limits=StreamLimits.from_config(config.stream_limits),
             stream_usage=config.stream_usage,
             context_window=config.context_window,
             reasoning_replay=config.reasoning_replay,
@@ -303,9 +313,22 @@ class OpenAIAdapter:
             self.url,
             body,
             auth=auth,
+            limits=self._limits,
+            secrets=self._secrets(key),
             decoder=OpenAIStreamDecoder(),
             key_env=self.api_key_env,
         )
+
+    def _secrets(self, key: str | None) -> tuple[str, ...]:
+        """What no failure message may show: the key and the configured header values."""
+        return (
+            self._header_secrets if key is None else (*secret_forms([key]), *self._header_secrets)
+        )
+
+    @property
+    def stream_limits(self) -> StreamLimits:
+        """The bounds each stream is read within (``idle_timeout`` resolved)."""
+        return self._limits
 
     async def aclose(self) -> None:
         """Close the pooled client (it is created again if the adapter is used later)."""

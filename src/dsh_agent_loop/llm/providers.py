@@ -8,7 +8,8 @@ by the same rules, and the runtime turns each into its adapter through the same 
 
 A key given directly (``api_key=``) is a secret: it is left out of ``repr`` and of every
 record, and reaches only the adapter's HTTP client, as the request's auth header; the session
-log never sees provider settings.
+log never sees provider settings. Surrounding whitespace is stripped from it, and a key with a
+control or non-ASCII character inside is refused (``ValueError``, never quoting it).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ import httpx
 
 from .._frozen import FrozenDict, freeze, thaw
 from ..config.loading import load_provider
+from ._secrets import is_clean
 from .anthropic import AnthropicAdapter
 from .base import ModelAdapter
 from .models import ReasoningReplay
 from .openai import OpenAIAdapter
 from .scripted import ScriptedModel
+from .stream_limits import StreamLimits
 
 if TYPE_CHECKING:
     from ..config import ProviderConfig
@@ -77,6 +80,15 @@ def _timeout(value: Timeout | None) -> Any:
     return {"connect": value, "read": value}
 
 
+def _limits(value: StreamLimits | Mapping[str, Any] | None) -> Any:
+    """``stream_limits`` as given: a ``StreamLimits``, a frozen mapping, or None."""
+    return value if value is None or isinstance(value, StreamLimits) else freeze(value)
+
+
+def _strip(key: str | None) -> str | None:
+    return key.strip() if isinstance(key, str) else key
+
+
 def _section(provider: OpenAIProvider | AnthropicProvider) -> dict[str, Any]:
     """The provider as a config section (the key left out), for the config's rules."""
     section: dict[str, Any] = {"kind": provider.kind}
@@ -84,7 +96,11 @@ def _section(provider: OpenAIProvider | AnthropicProvider) -> dict[str, Any]:
         value = getattr(provider, field.name)
         if field.name == "api_key" or value is None or value == field.default:
             continue
-        section[field.name] = _timeout(value) if field.name == "timeout" else thaw(value)
+        if field.name == "timeout":
+            value = _timeout(value)
+        elif isinstance(value, StreamLimits):
+            value = value.changed()
+        section[field.name] = thaw(value)
     return section
 
 
@@ -103,8 +119,10 @@ def _check_key(provider: OpenAIProvider | AnthropicProvider) -> None:
     name = type(provider).__name__
     if provider.api_key is not None and provider.api_key_env is not None:
         raise ValueError(f"{name}: give api_key or api_key_env, not both")
-    if provider.api_key is not None and not provider.api_key.strip():
+    if provider.api_key is not None and not provider.api_key:
         raise ValueError(f"{name}: api_key is empty")
+    if provider.api_key is not None and not is_clean(provider.api_key):
+        raise ValueError(f"{name}: api_key holds a control or non-ASCII character")
     _record(provider)  # every other rule: a ConfigError now, not when the runtime opens
 
 
@@ -119,7 +137,8 @@ class OpenAIProvider:
 
     Raises:
         ConfigError: a field breaks a config rule (``OpenAIProvider: base_url: ...``).
-        ValueError: both ``api_key`` and ``api_key_env``, or an empty ``api_key``.
+        ValueError: both ``api_key`` and ``api_key_env``, an empty ``api_key``, or one with
+            a control or non-ASCII character.
     """
 
     kind: ClassVar[Literal["openai"]] = "openai"
@@ -128,13 +147,18 @@ class OpenAIProvider:
     base_url: str | None = None
     """The API root (None: ``https://api.openai.com/v1``); requests go to
     ``{base_url}/chat/completions``."""
-    api_key: str | None = attrs.field(default=None, repr=False)
-    """The key itself (kept out of ``repr`` and of every record and log)."""
+    api_key: str | None = attrs.field(default=None, repr=False, converter=_strip)
+    """The key itself, stripped (kept out of ``repr`` and of every record and log)."""
     api_key_env: str | None = None
     """The env var holding the key, read at each request (None and no ``api_key``: no key)."""
     headers: Mapping[str, str] = attrs.field(factory=FrozenDict, converter=freeze)
     timeout: Timeout | None = None
     """None: connect 10 s, read 300 s."""
+    stream_limits: StreamLimits | Mapping[str, Any] | None = attrs.field(
+        default=None, converter=_limits
+    )
+    """Bounds on each stream: a ``StreamLimits`` or the config's ``stream_limits`` mapping
+    (None: the defaults)."""
     stream_usage: bool = True
     system_prompt_update: Literal["in-history", "head"] | None = None
     context_window: int | None = None
@@ -169,7 +193,8 @@ class AnthropicProvider:
 
     Raises:
         ConfigError: a field breaks a config rule (``AnthropicProvider: base_url: ...``).
-        ValueError: both ``api_key`` and ``api_key_env``, or an empty ``api_key``.
+        ValueError: both ``api_key`` and ``api_key_env``, an empty ``api_key``, or one with
+            a control or non-ASCII character.
     """
 
     kind: ClassVar[Literal["anthropic"]] = "anthropic"
@@ -178,13 +203,18 @@ class AnthropicProvider:
     base_url: str | None = None
     """The API root (None: ``https://api.anthropic.com``); requests go to
     ``{base_url}/v1/messages``."""
-    api_key: str | None = attrs.field(default=None, repr=False)
-    """The key itself (kept out of ``repr`` and of every record and log)."""
+    api_key: str | None = attrs.field(default=None, repr=False, converter=_strip)
+    """The key itself, stripped (kept out of ``repr`` and of every record and log)."""
     api_key_env: str | None = None
     """The env var holding the key, read at each request (None and no ``api_key``: no key)."""
     headers: Mapping[str, str] = attrs.field(factory=FrozenDict, converter=freeze)
     timeout: Timeout | None = None
     """None: connect 10 s, read 300 s."""
+    stream_limits: StreamLimits | Mapping[str, Any] | None = attrs.field(
+        default=None, converter=_limits
+    )
+    """Bounds on each stream: a ``StreamLimits`` or the config's ``stream_limits`` mapping
+    (None: the defaults)."""
     system_prompt_update: Literal["head"] | None = None
     context_window: int | None = None
     models: Mapping[str, Mapping[str, Any]] = attrs.field(factory=FrozenDict, converter=freeze)

@@ -19,18 +19,34 @@ The rules enforced are those of the HTML standard's event-stream interpretation:
 Speed matters (every streamed token is one event): a piece is scanned with ``str`` methods
 only, lines are split once per piece, and a line with no end yet is kept as a list of parts so
 that a 10 MB ``data`` line delivered in small pieces is joined once, not re-copied per piece.
+
+Bounds (a hostile server may send a line that never ends): ``max_line_bytes`` caps one line and
+``max_event_bytes`` one event's ``data``, both in UTF-8 bytes. The unfinished line is counted as
+pieces arrive, so ``feed`` raises ``SSELimitError`` as soon as it passes the cap: the parser never
+holds more than the cap plus the piece that crossed it.
 """
 
 from __future__ import annotations
 
 import codecs
+import sys
 from typing import Final, final
 
 import attrs
 
-__all__ = ["SSEEvent", "SSEParser"]
+__all__ = ["SSEEvent", "SSELimitError", "SSEParser"]
 
 _BOM: Final = "\ufeff"
+_UNBOUNDED: Final = sys.maxsize
+
+
+class SSELimitError(ValueError):
+    """A line or an event passed the parser's ``max_line_bytes`` or ``max_event_bytes``."""
+
+
+def _utf8_len(text: str) -> int:
+    """``len(text.encode())``, without encoding ASCII text (``isascii`` is O(1) in CPython)."""
+    return len(text) if text.isascii() else len(text.encode())
 
 
 @final
@@ -52,20 +68,34 @@ class SSEParser:
 
     Example::
 
-        parser = SSEParser()
+        parser = SSEParser(max_line_bytes=1 << 22, max_event_bytes=1 << 23)
         for piece in pieces:
-            for event in parser.feed(piece):
+            for event in parser.feed(piece):  # SSELimitError past a cap
                 handle(event)
         truncated = parser.close()
+
+    Args:
+        max_line_bytes: The longest line, in UTF-8 bytes without its line ending (None: no
+            cap; text fed as ``str`` is counted as its UTF-8 encoding).
+        max_event_bytes: The most ``data`` one event may carry, in UTF-8 bytes (the lines and
+            the newlines joining them; None: no cap).
     """
 
-    __slots__ = ("_data", "_decoder", "_dirty", "_event", "_last_id", "_parts", "_skip_lf",
-                 "_started", "retry")  # fmt: skip
+    __slots__ = ("_data", "_decoder", "_dirty", "_event", "_last_id", "_max_event", "_max_line",
+                 "_parts", "_pending", "_size", "_skip_lf", "_started", "retry")  # fmt: skip
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, max_line_bytes: int | None = None, max_event_bytes: int | None = None
+    ) -> None:
+        self._max_line = _UNBOUNDED if max_line_bytes is None else max_line_bytes
+        self._max_event = _UNBOUNDED if max_event_bytes is None else max_event_bytes
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._parts: list[str] = []
         """The unfinished last line, as received pieces."""
+        self._pending = 0
+        """Bytes of the unfinished last line."""
+        self._size = 0
+        """Bytes of the current event's ``data`` so far."""
         self._data: list[str] = []
         self._event = ""
         self._last_id = ""
@@ -85,6 +115,9 @@ class SSEParser:
 
         Returns:
             The events completed by this piece, in order.
+
+        Raises:
+            SSELimitError: a line or an event passed its cap (the stream cannot be read on).
         """
         text = data if isinstance(data, str) else self._decoder.decode(data)
         if not text:
@@ -102,7 +135,7 @@ class SSEParser:
             text = text.replace("\r\n", "\n").replace("\r", "\n")
         if "\n" not in text:
             if text:
-                self._parts.append(text)
+                self._extend(text)
             return []
         if self._parts:
             self._parts.append(text)
@@ -110,25 +143,61 @@ class SSEParser:
             self._parts = []
         lines = text.split("\n")
         tail = lines.pop()
+        self._pending = 0
         if tail:
             self._parts.append(tail)
+            self._pending = _utf8_len(tail)
+            if self._pending > self._max_line:
+                self._line_too_long()
         return self._lines(lines)
+
+    def _extend(self, text: str) -> None:
+        """Add ``text`` (no line ending in it) to the unfinished line."""
+        self._parts.append(text)
+        self._pending += _utf8_len(text)
+        if self._pending > self._max_line:
+            self._line_too_long()
+
+    def _line_too_long(self) -> None:
+        self._parts = []
+        raise SSELimitError(f"an SSE line is longer than max_line_bytes ({self._max_line})")
+
+    def _add_data(self, value: str) -> None:
+        self._size += _utf8_len(value) + 1  # the newline that joins it to the next line
+        if self._size - 1 > self._max_event:
+            self._event_too_long()
+        self._data.append(value)
+
+    def _event_too_long(self) -> None:
+        self._data = []
+        raise SSELimitError(
+            f"an SSE event's data is longer than max_event_bytes ({self._max_event})"
+        )
 
     def _lines(self, lines: list[str]) -> list[SSEEvent]:
         events: list[SSEEvent] = []
-        data = self._data
+        # A line can only be over the cap when a quarter of its length is (UTF-8: 1-4 bytes
+        # per character), so the exact size is computed only for long lines.
+        quarter = self._max_line // 4
         for line in lines:
             if not line:
-                if data:
+                if self._data:
                     events.append(
-                        SSEEvent("\n".join(data), self._event or "message", self._last_id)
+                        SSEEvent("\n".join(self._data), self._event or "message", self._last_id)
                     )
-                    data = self._data = []
+                    self._data = []
+                self._size = 0
                 self._event = ""
                 self._dirty = False
                 continue
-            if line[:6] == "data: ":  # the common case, first
-                data.append(line[6:])
+            if len(line) > quarter and _utf8_len(line) > self._max_line:
+                self._line_too_long()
+            if line[:6] == "data: ":  # the common case, first, with ``_add_data`` inlined
+                value = line[6:]
+                self._size += (len(value) if value.isascii() else len(value.encode())) + 1
+                if self._size - 1 > self._max_event:
+                    self._event_too_long()
+                self._data.append(value)
                 self._dirty = True
                 continue
             colon = line.find(":")
@@ -144,7 +213,7 @@ class SSEParser:
 
     def _field(self, name: str, value: str) -> None:
         if name == "data":
-            self._data.append(value)
+            self._add_data(value)
         elif name == "event":
             self._event = value
         elif name == "id":
@@ -165,6 +234,8 @@ class SSEParser:
             self._skip_lf = False
         left = bool(rest) or bool(self._parts) or self._dirty
         self._parts = []
+        self._pending = 0
+        self._size = 0
         self._data = []
         self._event = ""
         self._dirty = False
