@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -53,13 +54,13 @@ def free_port() -> int:
         return port
 
 
-@pytest.fixture
-async def http_server(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
-    """The test server on streamable HTTP at 127.0.0.1 (its URL and its marker directory)."""
+@contextlib.asynccontextmanager
+async def serve_http(markers: Path, mode: str = "http") -> AsyncIterator[str]:
+    """The test server on streamable HTTP at 127.0.0.1 (``mode``: ``http`` or ``http-json``)."""
     port = free_port()
-    env = {**os.environ, "MARKER_DIR": str(tmp_path)}
+    env = {**os.environ, "MARKER_DIR": str(markers)}
     process = await trio.lowlevel.open_process(
-        [sys.executable, SERVER, "http", str(port)],
+        [sys.executable, SERVER, mode, str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -74,10 +75,17 @@ async def http_server(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
                     continue
                 await stream.aclose()
                 break
-        yield f"http://127.0.0.1:{port}/mcp", tmp_path
+        yield f"http://127.0.0.1:{port}/mcp"
     finally:
         process.terminate()
         with trio.move_on_after(PROCESS_WAIT):
             await process.wait()
         process.kill()
         await process.wait()
+
+
+@pytest.fixture
+async def http_server(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
+    """The test server on streamable HTTP at 127.0.0.1 (its URL and its marker directory)."""
+    async with serve_http(tmp_path) as url:
+        yield url, tmp_path

@@ -1,8 +1,8 @@
 """A real MCP server for the tests, written with the SDK's own server API.
 
-Run as ``python server.py stdio`` or ``python server.py http PORT``, or import ``server`` and
-run it in process (``McpServer.in_process``). Its tools are async functions: the SDK runs a
-sync tool in a worker thread, which a ``MockClock`` would leap over. ``MARKER_DIR`` (an
+Run as ``python server.py stdio`` or ``python server.py http|http-json PORT``, or import
+``server`` and run it in process (``McpServer.in_process``). Its tools are async functions: the
+SDK runs a sync tool in a worker thread, which a ``MockClock`` would leap over. ``MARKER_DIR`` (an
 environment variable) is where the ``sleep`` tool writes ``cancelled`` when its handler is
 cancelled, and where ``crash`` counts the process starts.
 """
@@ -60,6 +60,12 @@ async def picture() -> list[ImageContent | TextContent]:
     ]
 
 
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def big(size: int) -> str:
+    """Answer with ``size`` characters."""
+    return "x" * size
+
+
 @server.tool()
 async def grow(ctx: Context) -> str:
     """Add the ``late`` tool and tell the client the list changed."""
@@ -81,8 +87,10 @@ def main() -> None:
     (MARKERS / "pid").write_text(str(os.getpid()))
     if sys.argv[1] == "stdio":
         server.run("stdio")
-    else:
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:  # "http" answers with SSE streams, "http-json" with JSON bodies
+        json_response = sys.argv[1] == "http-json"
+        port = int(sys.argv[2])
+        server.run("streamable-http", host="127.0.0.1", port=port, json_response=json_response)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,15 @@ async def test_tools_are_listed_with_prefix_schema_and_modes(tmp_path: Path) -> 
     async with open_runtime(mcp_servers=[stdio_server(tmp_path)]) as rt:
         assert rt.start_failures == []
         names = sorted(n for n in rt.tools if n.startswith("t__"))
-        assert names == ["t__crash", "t__echo", "t__fail", "t__grow", "t__picture", "t__sleep"]
+        assert names == [
+            "t__big",
+            "t__crash",
+            "t__echo",
+            "t__fail",
+            "t__grow",
+            "t__picture",
+            "t__sleep",
+        ]
         echo = rt.tools["t__echo"]
         assert echo.description == "Echo the text back."
         assert echo.parameters["properties"]["text"]["type"] == "string"

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from dsh_agent_loop import open_runtime
+from dsh_agent_loop import Limits, open_runtime
 from dsh_agent_loop.mcp import McpServer
 from dsh_agent_loop.tools.base import ToolResult
 
-from .conftest import PROCESS_WAIT, wait_for
+from .conftest import PROCESS_WAIT, serve_http, wait_for
 
 # The SDK's HTTP transport leaves httpx2's response and SSE iterators to the garbage collector
 # when a stream is cut short (its shutdown cancels them); trio's finalizer warns about each.
@@ -80,3 +80,19 @@ async def test_an_unreachable_http_server_is_a_start_failure(tmp_path: Path) -> 
         ((failure),) = rt.start_failures
         assert failure.agent_id == "mcpServers.gone"
         assert "did not start" in str(failure.error)
+
+
+@pytest.mark.parametrize("mode", ["http", "http-json"])
+async def test_an_http_message_over_the_limit_is_a_tool_error(tmp_path: Path, mode: str) -> None:
+    limits = Limits(mcp_max_message_bytes=100_000)
+    async with (
+        serve_http(tmp_path, mode) as url,
+        open_runtime(mcp_servers=[McpServer.http("web", url)], limits=limits) as rt,
+    ):
+        with trio.fail_after(PROCESS_WAIT):
+            result = await rt.tools["web__big"].handler({"size": 3_000_000}, None)
+            assert result.error == "TOOL_ERROR"
+            assert "over the 100,000-byte limit" in result.content
+            assert "(limits.mcpMaxMessageBytes)" in result.content
+            answer = await rt.tools["web__big"].handler({"size": 10}, None)
+        assert answer == ToolResult("x" * 10)

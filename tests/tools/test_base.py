@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
+import attrs
 import pytest
 
 from dsh_agent_loop import Tool, ToolContext, ToolResult, tool
@@ -208,6 +209,7 @@ def test_parse_arguments_accepts_valid_objects_and_empty_text(raw, expected):
         ('"text"', "arguments must be a JSON object, got str"),
         ('{"n": "one"}', "must be integer"),
         ('{"n": 1, "other": 2}', "must not contain"),
+        ('{"n": ' + "1" * 5000 + "}", "arguments are not valid JSON \\(Exceeds the limit"),
     ],
 )
 def test_parse_arguments_rejects_with_a_message_for_the_model(raw, message):
@@ -228,3 +230,32 @@ def test_deeply_nested_json_is_an_arguments_error_not_a_crash():
     raw = "[" * 100_000 + "]" * 100_000
     with pytest.raises(ArgumentsError, match="not valid JSON"):
         parse_arguments(_schema_tool(), raw)
+
+
+def test_a_tool_with_its_own_validator_never_compiles_its_schema(monkeypatch):
+    import fastjsonschema
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("an untrusted schema reached fastjsonschema")
+
+    monkeypatch.setattr(fastjsonschema, "compile", refuse)
+    seen = []
+
+    def validator(arguments):
+        seen.append(arguments)
+        if arguments.get("n") != 1:
+            raise ArgumentsError("n must be 1")
+
+    async def handler(arguments, context):
+        return "ok"
+
+    remote = {"type": "object", "properties": {"n": {"$ref": "http://127.0.0.1:9/s.json"}}}
+    t = Tool("t", "", remote, handler, validator=validator)
+    assert parse_arguments(t, '{"n": 1}') == {"n": 1}
+    with pytest.raises(ArgumentsError, match="n must be 1"):
+        parse_arguments(t, '{"n": 2}')
+    # a copy (a wrapped handler, as a test harness makes) keeps the check
+    copy = attrs.evolve(t, handler=handler)
+    with pytest.raises(ArgumentsError, match="n must be 1"):
+        copy.validate({"n": 3})
+    assert seen == [{"n": 1}, {"n": 2}, {"n": 3}]

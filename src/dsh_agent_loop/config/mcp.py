@@ -18,10 +18,12 @@ import attrs
 from .._frozen import FrozenDict
 from ._rules import Fault, NonEmptyStr, frozen_map, to_tuple
 
-__all__ = ["McpServerConfig", "McpToolConfig", "mcp_faults"]
+__all__ = ["SERVER_NAME", "TOOL_PREFIX", "McpServerConfig", "McpToolConfig", "mcp_faults"]
 
 #: Server names become tool-name prefixes, which providers restrict to this alphabet.
-_NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+SERVER_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: A tool-name prefix: it leaves room for a tool name of at least one character.
+TOOL_PREFIX: Final = re.compile(r"[A-Za-z0-9_-]{0,63}")
 
 
 @final
@@ -63,8 +65,11 @@ def mcp_faults(raw: Mapping[Any, Any]) -> Iterator[Fault]:
         if not isinstance(name, str) or not isinstance(entry, Mapping):
             continue
         path = (key, name)
-        if not _NAME.match(name):
+        if not SERVER_NAME.fullmatch(name):
             yield path, "a server name is 1 to 64 letters, digits, '_' or '-'"
+        prefix = entry.get("prefix")
+        if isinstance(prefix, str) and not TOOL_PREFIX.fullmatch(prefix):
+            yield (*path, "prefix"), "a prefix is at most 63 letters, digits, '_' or '-'"
         has_command = entry.get("command") is not None
         has_url = entry.get("url") is not None
         if has_command and has_url:

@@ -4,7 +4,7 @@ The model reads text. Text blocks are joined with newlines; every other block (a
 audio, an embedded resource, a resource link) becomes a one-line note in that text, and the
 block itself goes to ``meta["mcp_content"]`` so the log keeps it. A result with no content
 block but structured content is that JSON as text. ``isError`` makes the result a
-``TOOL_ERROR`` carrying the server's text.
+``TOOL_ERROR`` carrying the server's text; a call that took too long is a ``TIMEOUT``.
 """
 
 from __future__ import annotations
@@ -48,6 +48,6 @@ def tool_result(result: Any) -> ToolResult:
     return ToolResult(text, meta=meta)
 
 
-def error_text(server: str, problem: str) -> ToolResult:
-    """A ``TOOL_ERROR`` result saying what happened to ``server``."""
-    return ToolResult(f"Error: MCP server {server!r}: {problem}", error="TOOL_ERROR")
+def error_text(server: str, problem: str, code: str = "TOOL_ERROR") -> ToolResult:
+    """An error result (``TOOL_ERROR`` unless ``code`` says otherwise) about ``server``."""
+    return ToolResult(f"Error: MCP server {server!r}: {problem}", error=code)

@@ -8,7 +8,7 @@ from typing import Any, final
 import attrs
 
 from .._frozen import FrozenDict
-from ..config.mcp import McpServerConfig
+from ..config.mcp import SERVER_NAME, TOOL_PREFIX, McpServerConfig
 from ..tools.base import ExecutionMode
 
 __all__ = ["McpServer"]
@@ -41,13 +41,22 @@ class McpServer:
     server: Any = attrs.field(default=None, eq=False)
     """In process: an SDK server object (``MCPServer`` or a low-level ``Server``)."""
     prefix: str | None = None
-    """Tool names are ``<prefix><tool>``; None: ``<name>__``."""
+    """Tool names are ``<prefix><tool>`` (at most 64 characters); None: ``<name>__``."""
     execution_modes: FrozenDict = attrs.field(factory=FrozenDict, converter=FrozenDict)
     """Server tool name → ``parallel`` / ``exclusive``, over the ``readOnlyHint`` default."""
 
     def __attrs_post_init__(self) -> None:
         if sum(x is not None for x in (self.command, self.url, self.server)) != 1:
             raise ValueError("an MCP server has one of a command, a url or a server object")
+        if not SERVER_NAME.fullmatch(self.name):
+            raise ValueError(
+                f"an MCP server's name is 1 to 64 letters, digits, '_' or '-', not {self.name!r}"
+            )
+        if self.prefix is not None and not TOOL_PREFIX.fullmatch(self.prefix):
+            raise ValueError(
+                f"an MCP server's tool prefix is at most 63 letters, digits, '_' or '-', not"
+                f" {self.prefix!r}"
+            )
 
     @classmethod
     def stdio(

@@ -7,7 +7,8 @@ step's bounded pool, ``exclusive`` calls run alone and are ordering barriers. Op
 ``requires_approval`` (``True`` or a predicate of the arguments) defers a call until a person
 approves or denies it (``agent/approvals.py``).
 
-Arguments are parsed and validated before dispatch (schemas compiled once with fastjsonschema);
+Arguments are parsed and validated before dispatch (schemas compiled once with fastjsonschema,
+or checked by the tool's own ``validator``: MCP tools bring one built for untrusted schemas);
 the outcome of a rejected call is an error result the model can read, never an exception.
 """
 
@@ -142,6 +143,10 @@ class Tool:
     """Calls whose keys are equal (and not None) run one at a time, in model order."""
     requires_approval: ApprovalRule = False
     """``True``, or ``predicate(arguments) -> bool``: the call waits for ``agent.approve``."""
+    validator: Callable[[Any], Any] | None = attrs.field(default=None, kw_only=True, repr=False)
+    """Checks parsed arguments, raising ``ArgumentsError``. None: ``parameters`` compiled with
+    fastjsonschema, which is for trusted schemas only (it fetches a ``$ref`` to a URL and runs
+    ``pattern`` with backtracking ``re``); an MCP server's tools bring their own."""
     _schema_fn: Callable[[Any], Any] | None = attrs.field(default=None, init=False, repr=False)
     _wire: FrozenDict | None = attrs.field(default=None, init=False, repr=False)
 
@@ -150,6 +155,8 @@ class Tool:
             raise ValueError(
                 f"execution_mode must be 'parallel' or 'exclusive', got {self.execution_mode!r}"
             )
+        if self.validator is not None:
+            self._schema_fn = self.validator
 
     @property
     def schema(self) -> FrozenDict:
@@ -219,7 +226,7 @@ def parse_arguments(tool: Tool, raw: str) -> dict[str, Any]:
         except StopIteration as exc:
             error = json.JSONDecodeError("Expecting value", text, exc.value)
             raise _not_json(raw, error) from None
-        except (json.JSONDecodeError, RecursionError) as exc:
+        except (ValueError, RecursionError) as exc:  # ValueError: an int past 4,300 digits too
             raise _not_json(raw, exc) from None
     if not isinstance(value, dict):
         raise ArgumentsError(f"arguments must be a JSON object, got {type(value).__name__}")
