@@ -402,7 +402,10 @@ async def test_the_harness_catches_a_store_that_trusts_an_unknown_commit(
 def steal_sqlite(path: Path, sid: str, dead_pid: int) -> None:
     """Another (dead) process's owner row replaces ours, as after a takeover."""
     with sqlite3.connect(path, isolation_level=None) as conn:
-        conn.execute("UPDATE owners SET token='thief', pid=? WHERE session_id=?", (dead_pid, sid))
+        conn.execute(  # a slot nobody holds: its process is gone
+            "UPDATE owners SET token='thief', pid=?, lock_slot=1 WHERE session_id=?",
+            (dead_pid, sid),
+        )
     conn.close()
 
 

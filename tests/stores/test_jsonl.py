@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from dsh_agent_loop.errors import SessionNotFoundError, StoreError
+from dsh_agent_loop.errors import SessionNotFoundError, StoreCorruptError, StoreError
 from dsh_agent_loop.events import event_to_json
 from dsh_agent_loop.stores import JsonlStore
 
@@ -134,3 +136,49 @@ async def test_header_only_or_torn_header_is_absent_and_reclaimed(
         json.dumps(header("s1", agent_id="fresh"), separators=(",", ":")),
         event_to_json(ev(0)),
     ]
+
+
+@pytest.mark.parametrize("last", [True, False])
+async def test_a_line_with_a_foreign_seq_is_corruption_even_as_the_last_line(
+    tmp_path: Path, last: bool
+) -> None:
+    """No torn write leaves a whole event line with another seq: it is never cut off."""
+    lines = valid_lines("s1", 3)
+    foreign = event_to_json(ev(1000))
+    path = tmp_path / "s1.jsonl"
+    order = [*lines, foreign] if last else [*lines[:2], foreign, *lines[2:]]
+    data = write_log(path, *order)
+    store = JsonlStore(tmp_path)
+    for attempt in (lambda: store.open("s1", "write"), lambda: store.open("s1", "read")):
+        with pytest.raises(StoreCorruptError, match="seq 1000 where") as caught:
+            await attempt()
+        assert caught.value.code == "STORE_CORRUPT"
+        assert "s1.jsonl" in str(caught.value)
+    assert path.read_bytes() == data  # nothing truncated
+
+
+@pytest.fixture
+def permissive_umask() -> Iterator[None]:
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+async def test_new_session_files_are_0600_and_existing_ones_keep_their_mode(
+    tmp_path: Path, permissive_umask: None
+) -> None:
+    store = JsonlStore(tmp_path / "sessions")
+    handle = await store.create(header("new"))
+    await handle.append([ev(0)])
+    await handle.close()
+    assert stat.S_IMODE(os.stat(tmp_path / "sessions" / "new.jsonl").st_mode) == 0o600
+
+    shared = tmp_path / "sessions" / "shared.jsonl"
+    write_log(shared, *valid_lines("shared", 1))
+    os.chmod(shared, 0o640)  # the user's choice
+    handle = await store.open("shared", "write")
+    await handle.append([ev(1)])
+    await handle.close()
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o640

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,7 +34,7 @@ TRIALS = 50 if LONG else 10
 T = TypeVar("T")
 
 WORKER = r"""
-import os, sys, trio
+import os, socket, sys, trio
 from dsh_agent_loop.errors import (
     SessionAlreadyOwnedError, SessionOwnershipLostError, StoreError)
 from dsh_agent_loop.events import Event
@@ -77,7 +77,7 @@ async def run(store, handles, cmd, sid, arg):
 async def main():
     store = make_store(*sys.argv[1:5])
     handles = {}
-    say(f"ready {os.getpid()}")
+    say(f"ready {os.getpid()} {os.readlink('/proc/self/ns/pid')} {socket.gethostname()}")
     while True:
         line = await trio.to_thread.run_sync(sys.stdin.readline)
         cmd, sid, arg = (line.split() + ["", "", ""])[:3]
@@ -103,11 +103,13 @@ trio.run(main)
 
 
 class Worker:
-    """One worker process and its line protocol."""
+    """One worker process and its line protocol (``wrapper``: a command that runs it)."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, wrapper: Sequence[str] = ()) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", WORKER, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            [*wrapper, sys.executable, "-c", WORKER, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
         )
         self._buf = b""
         self.pid = self.proc.pid
@@ -172,9 +174,9 @@ class Location:
 
         return PostgresStore(self.where, table_prefix=self.prefix, **options)
 
-    def worker(self, lease_ttl: float = 30.0) -> Worker:
-        worker = Worker(self.backend, self.where, self.prefix or "-", str(lease_ttl))
-        return worker
+    def worker(self, lease_ttl: float = 30.0, wrapper: Sequence[str] = ()) -> Worker:
+        args = (self.backend, self.where, self.prefix or "-", str(lease_ttl))
+        return Worker(*args, wrapper=wrapper)
 
     def cleanup(self) -> None:
         if self.backend == "postgres":

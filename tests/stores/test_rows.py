@@ -11,15 +11,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dsh_agent_loop._frozen import FrozenDict, freeze, shape
-from dsh_agent_loop.errors import StoreError
+from dsh_agent_loop.errors import StoreCorruptError, StoreError
 from dsh_agent_loop.events import Event, event_from_json, event_to_json, make_event
 from dsh_agent_loop.stores._rows import (
     decode_event,
+    decode_rows,
     escape_surrogates,
     event_json,
     event_sha256,
     last_turn_end,
     load_header,
+    not_dense,
 )
 
 json_values = st.recursive(
@@ -256,3 +258,40 @@ def test_load_header_refuses_what_is_not_a_json_object(text: str) -> None:
     with pytest.raises(StoreError) as info:
         load_header(text, "s")
     assert info.value.code == "STORE_CORRUPT"
+
+
+@pytest.mark.parametrize(
+    ("seqs", "start", "says"),
+    [
+        ([0, 1, 3], 0, "seq 2 is missing (the next stored seq is 3)"),
+        ([0, 1, 2, 1000], 0, "seq 3 is missing (the next stored seq is 1000)"),
+        ([0, 1, 9, 3, 4], 0, "seq 9 is stored where seq 2 belongs"),  # the right one follows
+        ([-1, 0, 1], 0, "seq -1 is stored where seq 0 belongs"),
+        ([0, 1.5], 0, "seq 1.5 is stored where seq 1 belongs"),
+        ([5, 7], 5, "seq 6 is missing (the next stored seq is 7)"),
+        ([0, 1], 0, "seq 2 is missing (no stored event follows it)"),  # a count said more
+    ],
+)
+def test_not_dense_names_the_session_and_the_first_seq_out_of_place(
+    seqs: list[float], start: int, says: str
+) -> None:
+    error = not_dense("s1", seqs, start)
+    assert isinstance(error, StoreCorruptError)
+    assert error.code == "STORE_CORRUPT"
+    assert str(error) == f"session 's1': the stored seqs are not dense: {says}"
+
+
+def test_decode_rows_checks_that_the_events_count_up_from_the_offset() -> None:
+    rows = [(event_to_json(make_event("user/message", seq, 0.0, {})),) for seq in (2, 3, 4)]
+    assert [e.seq for e in decode_rows("s1", 2, rows)] == [2, 3, 4]
+    assert decode_rows("s1", 0, []) == []
+    with pytest.raises(StoreCorruptError, match="seq 3 is missing"):
+        decode_rows("s1", 2, [rows[0], rows[2]])
+    with pytest.raises(StoreCorruptError, match="seq 1 is missing"):
+        decode_rows("s1", 1, rows)
+    none = event_to_json(make_event("user/message", 0, 0.0, {})).replace('"seq":0', '"seq":null')
+    with pytest.raises(StoreCorruptError, match="seq None is stored where seq 2 belongs"):
+        decode_rows("s1", 2, [(none,)])
+    with pytest.raises(StoreCorruptError, match="stored event does not decode") as info:
+        decode_rows("s1", 2, [("not json",)])
+    assert isinstance(info.value.__cause__, ValueError)

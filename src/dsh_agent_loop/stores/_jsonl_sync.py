@@ -2,9 +2,12 @@
 
 Nothing here touches trio; each function runs whole in a worker thread. A file holds the
 header on line 1 and one event per line; only the last line may be torn (no newline, or it
-does not parse). ``flock`` is taken on the handle's own descriptor, and the descriptor's inode
-is compared with the path's after locking (an aborting owner may have unlinked the file in
-between). The file is read and written with ``pread``/``pwrite`` on that descriptor only.
+does not parse). A line that parses but carries the wrong seq is never a torn write (a write
+cut short leaves a prefix of what it wrote), so it is corruption even as the last line: it is
+never cut off. A file this store creates is ``0600``; an existing one keeps its bits.
+``flock`` is taken on the handle's own descriptor, and the descriptor's inode is compared with
+the path's after locking (an aborting owner may have unlinked the file in between). The file is
+read and written with ``pread``/``pwrite`` on that descriptor only.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ..errors import (
     SessionAlreadyOwnedError,
     SessionNotFoundError,
     SessionOwnershipLostError,
+    StoreCorruptError,
     StoreError,
 )
 from ..events import Event
@@ -57,12 +61,15 @@ class Log:
     """Byte offset just past the last valid line."""
 
 
-def _corrupt(path: str, line_no: int, why: str) -> StoreError:
-    return StoreError(
-        f"{path}: line {line_no} is corrupt ({why}) and more lines follow it; "
-        "the log was left untouched",
-        code="STORE_CORRUPT",
+def _corrupt(path: str, line_no: int, why: str, *, last: bool = False) -> StoreCorruptError:
+    where = "" if last else " and more lines follow it"
+    return StoreCorruptError(
+        f"{path}: line {line_no} is corrupt ({why}){where}; the log was left untouched"
     )
+
+
+class _Misplaced(Exception):
+    """A line that parses as an event with another seq than its place (never torn)."""
 
 
 def _parse_line(line: bytes, index: int) -> Mapping[str, Any] | Event:
@@ -73,7 +80,7 @@ def _parse_line(line: bytes, index: int) -> Mapping[str, Any] | Event:
         return freeze(header)  # type: ignore[no-any-return]
     event = decode_event(line)
     if event.seq != index - 1:
-        raise ValueError(f"seq {event.seq} where {index - 1} was expected")
+        raise _Misplaced(f"seq {event.seq!r} where {index - 1} was expected")
     return event
 
 
@@ -86,6 +93,8 @@ def _parse(data: bytes, path: str) -> Log:
         index = len(events) + (header is not None)
         try:
             item = _parse_line(data[pos:newline], index)
+        except _Misplaced as exc:
+            raise _corrupt(path, index + 1, str(exc), last=newline + 1 == len(data)) from None
         except ValueError as exc:
             if newline + 1 == len(data):
                 break  # the torn last line of an interrupted write
@@ -139,7 +148,7 @@ def _lock(path: str, sid: str, *, create: bool) -> int:
     flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
     for _ in range(10):
         try:
-            fd = os.open(path, flags, 0o644)
+            fd = os.open(path, flags, 0o600)
         except FileNotFoundError:
             raise SessionNotFoundError(f"session {sid!r} not found") from None
         try:

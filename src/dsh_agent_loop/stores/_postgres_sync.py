@@ -32,11 +32,12 @@ from ..errors import (
 from ..events import Event
 from ..session.store import SessionInfo
 from ._rows import (
-    corrupt,
-    decode_event,
+    LOWEST_SEQ,
+    decode_rows,
     escape_surrogates,
     event_json,
     event_sha256,
+    not_dense,
     session_info,
     text_json,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "Row",
     "Sql",
     "acquire",
+    "check_dense",
     "commit",
     "connection_lost",
     "delete",
@@ -119,6 +121,8 @@ class Sql:
     session_delete_empty: str
     session_summary: str
     session_header: str
+    events_shape: str
+    events_seqs: str
     session_infos: str
     events_insert: str
     events_range: str
@@ -163,14 +167,18 @@ class Sql:
             " RETURNING 1",
             session_summary=f"UPDATE {s} SET event_count = event_count + %s,"
             " last_turn_end = coalesce(%s, last_turn_end) WHERE session_id=%s",
-            session_header=f"SELECT header FROM {s} WHERE session_id=%s AND event_count>0",
+            session_header=f"SELECT header, event_count, shape.* FROM {s}, LATERAL"
+            f" (SELECT count(*), min(seq), max(seq) FROM {e} WHERE session_id=%(sid)s) shape"
+            " WHERE session_id=%(sid)s AND event_count>0",
+            events_shape=f"SELECT count(*), min(seq), max(seq) FROM {e} WHERE session_id=%s",
+            events_seqs=f"SELECT seq FROM {e} WHERE session_id=%s ORDER BY seq",
             session_infos=f"SELECT header, event_count, last_turn_end, session_id FROM {s}"
             " WHERE event_count>0 AND (%s::text IS NULL OR session_id=%s)"
             " ORDER BY created_at, session_id",
             events_insert=f"INSERT INTO {e} (session_id, seq, type, json, hash)"
             " VALUES (%s, %s, %s, %s, %s)",
-            events_range=f"SELECT json FROM {e} WHERE session_id=%s AND seq>=%s AND seq<%s"
-            " ORDER BY seq",
+            events_range=f"SELECT json FROM {e} WHERE session_id=%s AND seq>=%s"
+            " ORDER BY seq LIMIT %s",
             events_hashes=f"SELECT seq, hash FROM {e} WHERE session_id=%s AND seq>=%s AND seq<%s",
             events_delete=f"DELETE FROM {e} WHERE session_id=%s",
         )
@@ -231,6 +239,9 @@ def acquire(
         if session is None or session[0] == 0:
             raise SessionNotFoundError(f"session {sid!r} not found")
         count, header_json = int(session[0]), str(session[1])
+        shape = conn.execute(sql.events_shape, (sid,)).fetchone()
+        assert shape is not None  # (an aggregate: always one row)
+        check_dense(sql, conn, sid, count, *shape)
     else:  # reclaim whatever a never-flushed earlier create left behind
         count, header_json = 0, text_json(header)
         conn.execute(sql.events_delete, (sid,))
@@ -311,18 +322,43 @@ def delete(sql: Sql, conn: Conn, sid: str) -> None:
 
 
 def events(sql: Sql, conn: Conn, sid: str, start: int, stop: int | None) -> list[Event]:
-    rows = conn.execute(sql.events_range, (sid, start, 2**62 if stop is None else stop))
-    try:
-        return [decode_event(row[0]) for row in rows.fetchall()]
-    except ValueError as exc:
-        raise corrupt(sid, "event", exc) from exc
+    """Stored events ``start .. stop`` (one statement: one snapshot).
+
+    Raises:
+        StoreCorruptError: the seqs read are not dense (``_rows.decode_rows``).
+    """
+    low, limit = start or LOWEST_SEQ, None if stop is None else stop - start
+    rows = conn.execute(sql.events_range, (sid, low, limit)).fetchall()
+    return decode_rows(sid, start, rows)
 
 
 def header(sql: Sql, conn: Conn, sid: str) -> str:
-    row = conn.execute(sql.session_header, (sid,)).fetchone()
+    """The stored header text of a session with stored events, whose seqs are dense.
+
+    Raises:
+        SessionNotFoundError: no stored event. StoreCorruptError: see ``check_dense``.
+    """
+    row = conn.execute(sql.session_header, {"sid": sid}).fetchone()
     if row is None:
         raise SessionNotFoundError(f"session {sid!r} not found")
+    check_dense(sql, conn, sid, int(row[1]), *row[2:])
     return str(row[0])
+
+
+def check_dense(
+    sql: Sql, conn: Conn, sid: str, count: int, rows: int, first: Any, last: Any
+) -> None:
+    """Check that a session's seqs are ``0 .. count - 1`` (``count``: its summary row's).
+
+    ``rows``, ``first`` and ``last`` are its stored row count, first and last seq (one walk
+    of its keys): ``count`` distinct integers from 0 to ``count - 1`` are exactly those.
+    Finding the culprit, only done when corrupt, reads the seqs.
+
+    Raises:
+        StoreCorruptError: naming the session and the first seq out of place.
+    """
+    if rows != count or first != 0 or last != count - 1:
+        raise not_dense(sid, (row[0] for row in conn.execute(sql.events_seqs, (sid,))))
 
 
 def infos(sql: Sql, conn: Conn, sid: str | None) -> list[SessionInfo]:

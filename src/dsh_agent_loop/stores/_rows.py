@@ -36,24 +36,27 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import msgspec
 
 from .._frozen import FrozenDict, freeze, from_shape, json_default, shape, thaw
-from ..errors import StoreError
+from ..errors import StoreCorruptError
 from ..events import TURN_END, Event, event_from_json, make_event
 from ..session.store import SessionInfo
 
 __all__ = [
+    "LOWEST_SEQ",
     "corrupt",
     "decode_event",
+    "decode_rows",
     "escape_surrogates",
     "event_json",
     "event_sha256",
     "last_turn_end",
     "load_header",
+    "not_dense",
     "session_info",
     "text_json",
 ]
@@ -257,20 +260,70 @@ def last_turn_end(events: Sequence[Event]) -> str | None:
     return None
 
 
-def corrupt(sid: str, what: str, exc: ValueError) -> StoreError:
-    """A ``StoreError`` (code ``STORE_CORRUPT``): stored text of ``sid`` does not decode."""
-    error = StoreError(
-        f"session {sid!r}: stored {what} does not decode ({exc})", code="STORE_CORRUPT"
-    )
+def corrupt(sid: str, what: str, exc: ValueError) -> StoreCorruptError:
+    """A ``StoreCorruptError`` (code ``STORE_CORRUPT``): stored text of ``sid`` does not decode."""
+    error = StoreCorruptError(f"session {sid!r}: stored {what} does not decode ({exc})")
     error.__cause__ = exc
     return error
+
+
+def not_dense(sid: str, seqs: Iterable[Any], start: int = 0) -> StoreCorruptError:
+    """A ``StoreCorruptError`` naming where ``seqs`` (stored, ascending) stop counting up.
+
+    ``seqs`` should be a session's stored seqs from ``start`` on; if they do count up densely
+    to their end, the seq after the last one is the missing one (a stored count said more). A
+    seq out of place that the right one follows is named as such; one past a gap, as the gap.
+    """
+    listed = list(seqs)
+    bad = (i for i, seq in enumerate(listed) if seq != start + i or type(seq) is not int)
+    i = next(bad, len(listed))
+    expected = start + i
+    if i == len(listed):
+        what = f"seq {expected} is missing (no stored event follows it)"
+        return StoreCorruptError(f"session {sid!r}: the stored seqs are not dense: {what}")
+    seq = listed[i]
+    after = listed[i + 1] if i + 1 < len(listed) else None
+    if type(seq) is int and seq > expected and after != expected + 1:
+        what = f"seq {expected} is missing (the next stored seq is {seq})"
+    else:
+        what = f"seq {seq!r} is stored where seq {expected} belongs"
+    return StoreCorruptError(f"session {sid!r}: the stored seqs are not dense: {what}")
+
+
+#: The lowest seq a read from 0 asks for (the least 64-bit integer): below 0 is foreign too.
+LOWEST_SEQ: Final = -(2**63)
+
+
+def decode_rows(sid: str, start: int, rows: Sequence[Any]) -> list[Event]:
+    """The events of a read from ``start``, from its stored rows (``row[0]``: the JSON text).
+
+    ``rows`` are the first rows of the session from seq ``start`` on (from ``LOWEST_SEQ``
+    when ``start`` is 0, so that a foreign negative seq shows), in seq order, as many as the
+    read asked for (all, or ``length``): when nothing is missing they hold exactly the events
+    ``start ..``, and a gap inside the range brings in a row from past it. So the events' seqs
+    must count up from ``start``. Each event's own seq is what is checked (it is what the
+    session replays; the store writes a row's seq from it): a row deleted, added, renumbered or
+    rewritten shows as a gap or a seq out of place. A gap just past the last stored event
+    cannot show (it is the end of the log).
+
+    Raises:
+        StoreCorruptError: a gap, a seq out of place, or text that does not decode.
+    """
+    try:
+        events = [decode_event(row[0]) for row in rows]
+    except ValueError as exc:
+        raise corrupt(sid, "event", exc) from exc
+    seqs = [event.seq for event in events]
+    if seqs != list(range(start, start + len(seqs))):
+        raise not_dense(sid, seqs, start)
+    return events
 
 
 def load_header(text: str, sid: str) -> Mapping[str, Any]:
     """Decode a stored header.
 
     Raises:
-        StoreError: code ``STORE_CORRUPT``, the text is not a JSON object.
+        StoreCorruptError: the text is not a JSON object.
     """
     try:
         head = _DECODE(text)
@@ -292,7 +345,7 @@ def session_info(row: tuple[str, int, str | None, str]) -> SessionInfo:
     """A ``SessionInfo`` from a SQL row ``(header JSON, event count, turn-end JSON, id)``.
 
     Raises:
-        StoreError: ``STORE_CORRUPT`` when the header or the turn end cannot be read.
+        StoreCorruptError: the header or the turn end cannot be read.
     """
     header = load_header(row[0], row[3])
     try:

@@ -9,8 +9,11 @@ descriptor's inode is compared with the path's, since an aborting owner may have
 file in between; on a mismatch the lock is taken again on the new file.
 
 Only the last line may be torn (no newline, or it does not parse): readers skip it and
-``open("write")`` truncates it. A bad line followed by more lines is corruption: ``open``
-raises ``StoreError`` (code ``STORE_CORRUPT``) and truncates nothing. A flush is one
+``open("write")`` truncates it. A bad line followed by more lines, or an event line whose seq
+is not its place (even the last: no torn write makes one), is corruption: ``open`` raises
+``StoreCorruptError`` (code ``STORE_CORRUPT``) and truncates nothing. Session files are created
+``0600`` (an existing file keeps its bits). ``flock`` belongs to the open file, not to a pid, so
+ownership holds across PID namespaces (containers sharing a volume) as on one host. A flush is one
 ``pwrite`` at the end of the valid log plus ``fsync``; a failed write is cut off again.
 
 Every failure is a ``StoreError`` naming the directory (and the session): an OS error (the
@@ -301,7 +304,7 @@ class JsonlStore:
         Raises:
             SessionNotFoundError: no file, or a file without a stored event.
             SessionAlreadyOwnedError: ``mode="write"`` and another descriptor holds the lock.
-            StoreError: the file is corrupt (code ``STORE_CORRUPT``); nothing was changed.
+            StoreCorruptError: the file is corrupt (code ``STORE_CORRUPT``); nothing was changed.
         """
         path = self._path(session_id)
         if mode == "read":

@@ -28,6 +28,13 @@ while this process was cut off raises ``SessionOwnershipLostError`` and writes n
 a retried batch is neither lost nor duplicated (a lost ``COMMIT`` is read back first).
 Every failure of a store method is a ``StoreError``: psycopg's, and any other (a value the
 driver cannot send, stored text that does not decode), with its cause chained.
+
+Corrupt data. A session's seqs are dense from 0 by construction, but rows deleted, added or
+renumbered by hand break that. ``open`` (read or write) compares the summary row's event count
+with the rows' count, first and last seq in one statement, and every read checks that the
+events it returns count up from its offset (``_rows.decode_rows``): a break is a
+``StoreCorruptError`` naming the session and the first seq out of place. A write open refused
+so is rolled back: it takes no lease.
 """
 
 from __future__ import annotations
@@ -283,6 +290,8 @@ class PostgresStore:
         Raises:
             SessionNotFoundError: no stored event for ``session_id``.
             SessionAlreadyOwnedError: ``mode="write"`` and another lease is live.
+            StoreCorruptError: stored data of the session is corrupt (seqs not dense: the
+                message names the seq; a header that does not decode); nothing is taken.
         """
         if mode == "read":
             text = await self._pool.run_again(partial(pg.header, sid=session_id), sid=session_id)

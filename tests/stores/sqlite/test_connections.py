@@ -6,9 +6,12 @@ fails chosen statements, as a full disk, a busy file or a lost connection would.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
+import stat
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +19,12 @@ import pytest
 import trio
 
 from dsh_agent_loop.errors import SessionOwnershipLostError, StoreError
+from dsh_agent_loop.stores import SqliteStore
 from dsh_agent_loop.stores.sqlite import _connections
 from dsh_agent_loop.stores.sqlite import _sync as sql
 from dsh_agent_loop.stores.sqlite._connections import RETRY_DELAYS, Attempt, Connections
+
+from ..conftest import ev, header
 
 ME = sql.Owner("test-host", 1, None)
 
@@ -467,3 +473,65 @@ async def test_close_closes_both_connections(conns: Connections) -> None:
         with pytest.raises(sqlite3.ProgrammingError):
             conn.execute("SELECT 1")
     await conns.close()  # nothing open: a no-op
+
+
+# --- file modes ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def permissive_umask() -> Iterator[None]:
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def file_modes(path: Path) -> dict[str, int]:
+    """The permission bits of the database file and each side file that exists now."""
+    modes = {}
+    for suffix in ("", "-wal", "-shm", "-owners"):
+        with contextlib.suppress(FileNotFoundError):
+            modes[suffix] = stat.S_IMODE(os.stat(f"{path}{suffix}").st_mode)
+    return modes
+
+
+async def test_a_new_database_and_its_side_files_are_0600(
+    tmp_path: Path, permissive_umask: None
+) -> None:
+    path = tmp_path / "new" / "sessions.db"
+    async with SqliteStore(path) as store:
+        handle = await store.create(header("s1"))
+        await handle.append([ev(0)])
+        await handle.flush()
+        assert file_modes(path) == dict.fromkeys(("", "-wal", "-shm", "-owners"), 0o600)
+        await handle.close()
+    assert file_modes(path) == {"": 0o600, "-owners": 0o600}  # (SQLite removed -wal, -shm)
+    assert sorted(os.listdir(path.parent)) == ["sessions.db", "sessions.db-owners"]
+
+
+async def test_an_existing_database_keeps_its_mode_and_side_files_follow_it(
+    tmp_path: Path, permissive_umask: None
+) -> None:
+    path = tmp_path / "shared.db"
+    sqlite3.connect(path).close()  # made by someone else (0644 under this umask)...
+    os.chmod(path, 0o640)  # ...and opened to their group on purpose
+    async with SqliteStore(path) as store:
+        handle = await store.create(header("s1"))
+        await handle.append([ev(0)])
+        await handle.flush()
+        assert file_modes(path) == dict.fromkeys(("", "-wal", "-shm", "-owners"), 0o640)
+        await handle.close()
+
+
+def test_creating_the_database_never_replaces_one_made_meanwhile(tmp_path: Path) -> None:
+    """``create_private`` links its new file into place: an existing one wins, untouched."""
+    path = tmp_path / "s.db"
+    _connections.create_private(str(path))
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    path.write_bytes(b"theirs")  # (a test file, no SQLite connection on it)
+    os.chmod(path, 0o644)
+    _connections.create_private(str(path))
+    assert path.read_bytes() == b"theirs"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+    assert os.listdir(tmp_path) == ["s.db"]  # no temporary file left behind

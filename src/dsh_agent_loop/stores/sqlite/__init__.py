@@ -4,7 +4,8 @@ Modules: ``store`` (the ``SessionStore``), ``_connections`` (the writer and read
 connections, one worker-thread hop per call), ``_reads`` (concurrent reads sharing hops),
 ``_commit`` (the write path: group-commit rounds, grouped releases, and how a failed round is
 settled), ``_checkpoint`` (the background WAL checkpoint and its
-thread), ``_sync`` (the schema and every transaction, trio-free).
+thread), ``_owner_lock`` (each owning store's lock on ``<path>-owners``: proof that an owner is
+alive, across PID namespaces), ``_sync`` (the schema and every transaction, trio-free).
 """
 
 from __future__ import annotations

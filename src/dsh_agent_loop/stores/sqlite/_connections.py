@@ -16,7 +16,9 @@ file (``error``), its cause chained.
 
 from __future__ import annotations
 
+import errno
 import os
+import secrets
 import sqlite3
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -28,9 +30,10 @@ import trio
 from ...errors import StoreError
 from .._threads import run_in_worker
 from . import _sync as sql
+from ._owner_lock import OwnerLock
 from ._reads import ReadQueue
 
-__all__ = ["RETRY_DELAYS", "Attempt", "Connections"]
+__all__ = ["RETRY_DELAYS", "Attempt", "Connections", "create_private"]
 
 T = TypeVar("T")
 
@@ -39,6 +42,36 @@ _AUTOCHECKPOINT_PAGES: Final = 10_000
 #: Seconds to wait before each repeat of a transaction that stored nothing (busy, lost
 #: connection); SQLite's own busy timeout has already waited before a busy error surfaces.
 RETRY_DELAYS: Final = (0.01, 0.05, 0.25)
+
+
+def create_private(path: str) -> None:
+    """Create the database file ``0600`` if it does not exist yet (worker thread).
+
+    SQLite would create it ``0644`` (less the umask), and its ``-wal`` and ``-shm`` files take
+    the database file's permission bits, so all three end up readable by the owner alone. An
+    existing file keeps its bits: whoever made it chose them (a group-shared volume, say).
+    The file is made under a name of its own and hard-linked into place, which fails if the
+    path exists meanwhile: no descriptor of ours is ever open on the database file itself
+    (closing one would drop this process's POSIX locks on it, SQLite's among them). Where hard
+    links are not supported, SQLite creates the file (its default bits).
+    """
+    if os.path.lexists(path):
+        return
+    temporary = f"{path}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # (a umask may have taken the owner's bits away)
+    finally:
+        os.close(fd)
+    try:
+        os.link(temporary, path)
+    except FileExistsError:
+        pass  # someone else made it first: theirs stands
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+            raise
+    finally:
+        os.unlink(temporary)
 
 
 @final
@@ -88,6 +121,8 @@ class Connections:
         self._reads = ReadQueue(self.reader_lock, self._reader_call)
         self._writer: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
+        self.owner_lock = OwnerLock(path)
+        """This store's proof of life as an owner: used by claims, on the writer thread."""
         self.retries = 0
         """Writer transactions repeated after a database error."""
 
@@ -101,6 +136,7 @@ class Connections:
     def connect(self) -> sqlite3.Connection:
         """Open a configured connection (worker thread): WAL, ``synchronous``, the schema."""
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        create_private(self.path)
         conn = sqlite3.connect(
             self.path,
             timeout=self._busy_timeout,
@@ -112,6 +148,7 @@ class Connections:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
             conn.executescript(sql.SCHEMA)
+            sql.migrate(conn)
         except BaseException:
             conn.close()
             raise
@@ -236,9 +273,33 @@ class Connections:
         """One settled commit of ``work`` (the caller holds the writer lock)."""
         return await run_in_worker(partial(self._commit_call, work))
 
+    def _drop_owner_lock(self) -> None:
+        """Drop the owner lock, unless an owner row still carries its slot (worker thread).
+
+        A handle still open would otherwise lose its session to the first process that asked:
+        its owner would look dead. Then the lock stays, as the ownership does, until the
+        handle's release and the next close (or until the process ends). So it does when the
+        rows cannot be read (the safe side: closing must not fail on it).
+        """
+        slot = self.owner_lock.held_slot
+        try:
+            in_use = slot is not None and sql.slot_in_use(self._writer_conn(), slot)
+        except (sqlite3.Error, OSError):
+            self._settle_writer()
+            return
+        if not in_use:
+            self.owner_lock.close()
+
     async def close(self) -> None:
-        """Close both connections (the caller holds both locks); they reopen on next use."""
-        conns = [c for c in (self._writer, self._reader) if c is not None]
-        self._writer = self._reader = None
-        for conn in conns:
-            await self.hop(conn.close)
+        """Close both connections (the caller holds both locks); they reopen on next use.
+
+        The owner lock goes too, once no owner row carries its slot (``_drop_owner_lock``).
+        """
+        try:
+            if self.owner_lock.held_slot is not None:
+                await self.hop(self._drop_owner_lock)
+        finally:
+            conns = [c for c in (self._writer, self._reader) if c is not None]
+            self._writer = self._reader = None
+            for conn in conns:
+                await self.hop(conn.close)

@@ -15,6 +15,18 @@ up to date, is never read, and its default fills it on insert, so those files op
 ``acquire``, ``release`` and ``delete`` are idempotent for the token that runs them, so the
 store may repeat them after a failure.
 
+Stored seqs are dense by construction, but the file is not only ours: a row deleted or added
+by hand would make the log skip or jump. So ``acquire`` of a stored session and ``header``
+count its rows against its last seq (``check_dense``, one walk of the session's keys), and
+every read checks that the events it returns count up from its offset (it reads the first
+rows from there, as many as it asked for: a gap inside brings in a row from past it;
+``_rows.decode_rows``). A break is a ``StoreCorruptError`` naming the session and the first
+seq out of place; a claim refused so is rolled back and takes nothing.
+
+An owner row is live while the lock slot it carries is locked (``_owner_lock``), whatever
+pid or PID namespace it names; rows without a slot, from an earlier version, are judged by
+host, pid and process start time.
+
 Every transaction is rolled back on any exception, not only a database error (a value SQLite
 cannot bind, a bug, an injected fault): an open ``BEGIN IMMEDIATE`` holds the file's write lock,
 and every other session of the file, in this process or another, would wait behind it. A
@@ -42,14 +54,16 @@ from ...errors import (
 from ...events import Event
 from ...session.store import SessionInfo
 from .._rows import (
-    corrupt,
-    decode_event,
+    LOWEST_SEQ,
+    decode_rows,
     escape_surrogates,
     event_json,
     load_header,
+    not_dense,
     session_info,
     text_json,
 )
+from ._owner_lock import OwnerLock
 
 __all__ = [
     "SCHEMA",
@@ -60,6 +74,7 @@ __all__ = [
     "Work",
     "acquire",
     "acquire_many",
+    "check_dense",
     "commit",
     "delete",
     "event_row",
@@ -68,11 +83,13 @@ __all__ = [
     "infos",
     "is_busy",
     "is_corrupt",
+    "migrate",
     "process_start_time",
     "release",
     "release_many",
     "rows_stored",
     "settle",
+    "slot_in_use",
 ]
 
 SCHEMA: Final = """
@@ -96,9 +113,13 @@ CREATE TABLE IF NOT EXISTS owners (
     host TEXT NOT NULL,
     pid INTEGER NOT NULL,
     start_time TEXT,
-    acquired_at REAL NOT NULL
+    acquired_at REAL NOT NULL,
+    lock_slot INTEGER,
+    pid_ns TEXT
 );
 """
+#: Owner columns added after the first schema: (name, declaration); ``migrate`` adds them.
+_LATER_OWNER_COLUMNS: Final = (("lock_slot", "INTEGER"), ("pid_ns", "TEXT"))
 
 #: (owner token, last stored seq) of a session; (None, None) for an unknown one.
 _CHECK: Final = (
@@ -113,6 +134,29 @@ _COUNT: Final = (
 )
 _INSERT: Final = "INSERT INTO events (session_id, seq, type, json) VALUES (?,?,?,?)"
 _RANGE: Final = "SELECT seq, json FROM events WHERE session_id=? AND seq>=? AND seq<? ORDER BY seq"
+#: Stored rows from a seq on, at most so many (-1: all): a read (``_rows.decode_rows``).
+_FROM: Final = "SELECT json FROM events WHERE session_id=? AND seq>=? ORDER BY seq LIMIT ?"
+#: (rows, first seq) of a session: with its last seq, whether its seqs are dense.
+_SHAPE: Final = (
+    "SELECT (SELECT count(*) FROM events WHERE session_id=?1),"
+    " (SELECT seq FROM events WHERE session_id=?1 ORDER BY seq LIMIT 1)"
+)
+_SEQS: Final = "SELECT seq FROM events WHERE session_id=? ORDER BY seq"
+#: A stored session's header, last seq + 1, rows and first seq, in one snapshot.
+_HEADER: Final = (
+    "SELECT header, (SELECT seq + 1 FROM events WHERE session_id=?1 ORDER BY seq DESC LIMIT 1),"
+    " (SELECT count(*) FROM events WHERE session_id=?1),"
+    " (SELECT seq FROM events WHERE session_id=?1 ORDER BY seq LIMIT 1)"
+    " FROM sessions WHERE session_id=?1"
+)
+_OWNER: Final = (
+    "SELECT token, host, pid, start_time, lock_slot, pid_ns FROM owners WHERE session_id=?"
+)
+_TAKE: Final = (
+    "INSERT OR REPLACE INTO owners"
+    " (session_id, token, host, pid, start_time, acquired_at, lock_slot, pid_ns)"
+    " VALUES (?,?,?,?,?,?,?,?)"
+)
 #: SQLITE_BUSY and SQLITE_LOCKED: another connection holds the lock past the busy timeout.
 _BUSY_CODES: Final = (5, 6)
 #: SQLITE_CORRUPT and SQLITE_NOTADB.
@@ -127,6 +171,10 @@ class Owner:
     host: str
     pid: int
     start_time: str | None
+    pid_ns: str | None = None
+    """The PID namespace the pid means something in (``/proc/self/ns/pid``), for messages."""
+    lock: OwnerLock | None = None
+    """The store's proof of life (``_owner_lock``); None: rows are judged by pid (tests)."""
 
 
 Row = tuple[str, int, str, str]
@@ -256,17 +304,29 @@ def _pid_exists(pid: int) -> bool:
     return True
 
 
-def _owner_alive(me: Owner, host: str, pid: int, start_time: str | None) -> bool:
+def _owner_alive(me: Owner, row: Sequence[Any]) -> bool:
+    """Judge an ``owners`` row ``(token, host, pid, start_time, lock_slot, pid_ns)``.
+
+    A row with a lock slot is live while its slot is locked (``_owner_lock``), whatever host,
+    pid or PID namespace it names; a row without one (an earlier version wrote it) by its pid.
+    """
+    _, host, pid, start_time, slot, _ = row
+    lock = me.lock
+    if slot is not None and lock is not None and lock.supported:
+        return lock.held(int(slot))
     if host != me.host:
         return True  # no way to check another host: assume alive
     if pid == me.pid:
-        return start_time == me.start_time
+        return bool(start_time == me.start_time)
     alive, current = process_start_time(pid)
     return alive and (start_time is None or current is None or current == start_time)
 
 
-def _owned_error(session_id: str, host: str, pid: int) -> SessionAlreadyOwnedError:
+def _owned_error(session_id: str, me: Owner, row: Sequence[Any]) -> SessionAlreadyOwnedError:
+    _, host, pid, _, _, pid_ns = row
     owner = f"pid {pid} on host {host}"
+    if pid_ns is not None and pid_ns != me.pid_ns:
+        owner += f" (in another PID namespace, {pid_ns})"
     return SessionAlreadyOwnedError(f"session {session_id!r} is owned by {owner}", owner=owner)
 
 
@@ -329,15 +389,14 @@ def _claim(
     row = execute(f"SELECT {_COUNT} FROM sessions WHERE session_id=?", (sid,)).fetchone()
     if header is not None and row is not None and row[0] > 0:
         raise SessionAlreadyExistsError(f"session {sid!r} already exists")
-    owner = execute(
-        "SELECT token, host, pid, start_time FROM owners WHERE session_id=?", (sid,)
-    ).fetchone()
-    if owner is not None and owner[0] != token and _owner_alive(me, *owner[1:]):
-        raise _owned_error(sid, owner[1], owner[2])
+    owner = execute(_OWNER, (sid,)).fetchone()
+    if owner is not None and owner[0] != token and _owner_alive(me, owner):
+        raise _owned_error(sid, me, owner)
     if header is None:
         if row is None or row[0] == 0:
             raise SessionNotFoundError(f"session {sid!r} not found")
         count = int(row[0])
+        check_dense(conn, sid, count, *execute(_SHAPE, (sid,)).fetchone())
         header_json = str(
             execute("SELECT header FROM sessions WHERE session_id=?", (sid,)).fetchone()[0]
         )
@@ -356,10 +415,8 @@ def _claim(
             ),
         )
         count = 0
-    execute(
-        "INSERT OR REPLACE INTO owners VALUES (?,?,?,?,?,?)",
-        (sid, token, me.host, me.pid, me.start_time, now),
-    )
+    slot = None if me.lock is None else me.lock.slot()
+    execute(_TAKE, (sid, token, me.host, me.pid, me.start_time, now, slot, me.pid_ns))
     return count, header_json
 
 
@@ -384,6 +441,14 @@ def release_many(conn: sqlite3.Connection, releases: Sequence[Release]) -> None:
             cur = execute("DELETE FROM owners WHERE session_id=? AND token=?", (sid, token))
             if cur.rowcount and drop_if_empty:
                 execute(f"DELETE FROM sessions WHERE session_id=? AND {_COUNT}=0", (sid,))
+
+
+def slot_in_use(conn: sqlite3.Connection, slot: int) -> bool:
+    """Whether an owner row carries lock slot ``slot`` (one read, autocommit)."""
+    return (
+        conn.execute("SELECT 1 FROM owners WHERE lock_slot=? LIMIT 1", (slot,)).fetchone()
+        is not None
+    )
 
 
 def delete(conn: sqlite3.Connection, sid: str) -> None:
@@ -439,27 +504,58 @@ def _refusal(w: Work, token: str | None, last: int | None) -> Exception:
 
 
 def events(conn: sqlite3.Connection, sid: str, start: int, stop: int | None) -> list[Event]:
-    """Stored events ``start .. stop`` of one session."""
-    rows = conn.execute(
-        "SELECT json FROM events WHERE session_id=? AND seq>=? AND seq<? ORDER BY seq",
-        (sid, start, 2**62 if stop is None else stop),
-    ).fetchall()
-    try:
-        return [decode_event(row[0]) for row in rows]
-    except ValueError as exc:
-        raise corrupt(sid, "event", exc) from exc
+    """Stored events ``start .. stop`` of one session (one statement: one snapshot).
+
+    Raises:
+        StoreCorruptError: the seqs read are not dense (``_rows.decode_rows``).
+    """
+    low, limit = start or LOWEST_SEQ, -1 if stop is None else stop - start
+    rows = conn.execute(_FROM, (sid, low, limit)).fetchall()
+    return decode_rows(sid, start, rows)
 
 
 def header(conn: sqlite3.Connection, sid: str) -> Mapping[str, Any]:
-    """The header of a session with stored events."""
-    row = conn.execute(
-        "SELECT header FROM sessions WHERE session_id=?1"
-        " AND EXISTS (SELECT 1 FROM events WHERE session_id=?1)",
-        (sid,),
-    ).fetchone()
-    if row is None:
+    """The header of a session with stored events, whose seqs are dense.
+
+    Raises:
+        SessionNotFoundError: no stored event. StoreCorruptError: see ``check_dense``.
+    """
+    row = conn.execute(_HEADER, (sid,)).fetchone()
+    if row is None or row[1] is None:
         raise SessionNotFoundError(f"session {sid!r} not found")
+    check_dense(conn, sid, row[1], row[2], row[3])
     return load_header(row[0], sid)
+
+
+def check_dense(conn: sqlite3.Connection, sid: str, count: int, rows: int, first: Any) -> None:
+    """Check that a session's seqs are ``0 .. count - 1`` (``count``: its last seq + 1).
+
+    ``rows`` and ``first`` are its stored row count and first seq (``_SHAPE``): with integer
+    PRIMARY KEY seqs, ``rows == count`` and ``first == 0`` hold exactly when nothing is missing
+    or foreign (a seq turned into a fraction keeps the count; reads check the events' own
+    seqs). Counting costs a walk of the session's keys (1-3 ms per 10,000 events); finding the
+    culprit, only done when corrupt, a second.
+
+    Raises:
+        StoreCorruptError: naming the session and the first seq out of place.
+    """
+    if rows != count or first != 0:
+        raise not_dense(sid, (row[0] for row in conn.execute(_SEQS, (sid,))))
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Add the ``owners`` columns a file made by an earlier schema lacks (autocommit).
+
+    Several processes may race to do it: a column another one added meanwhile is fine.
+    """
+    have = {row[1] for row in conn.execute("PRAGMA table_info(owners)")}
+    for name, declaration in _LATER_OWNER_COLUMNS:
+        if name not in have:
+            try:
+                conn.execute(f"ALTER TABLE owners ADD COLUMN {name} {declaration}")
+            except sqlite3.OperationalError as exc:
+                if "duplicate column" not in str(exc):
+                    raise
 
 
 def infos(conn: sqlite3.Connection, sid: str | None) -> list[SessionInfo]:

@@ -5,12 +5,21 @@ hold two descriptors, not 10,000; a second connection serves reads (``_connectio
 transactions themselves live in ``_sync``, the commit path in ``_commit``, the background WAL
 checkpoint in ``_checkpoint``; this module wires them together behind ``SessionStore``.
 
-Ownership is an ``owners`` row per session: (host, pid, process start time, random token).
-Taking it happens in a ``BEGIN IMMEDIATE`` transaction, so exactly one of several racing
-processes wins; claims made concurrently in this process share one (``_claims``), each with
-its own outcome. An owner whose process is gone, or whose pid now names a process with a
-different start time, is dead and is replaced at once; an owner in this same process is
-live (two handles on one session conflict here too).
+Ownership is an ``owners`` row per session: (host, pid, process start time, random token,
+lock slot). Taking it happens in a ``BEGIN IMMEDIATE`` transaction, so exactly one of several
+racing processes wins; claims made concurrently in this process share one (``_claims``), each
+with its own outcome. Liveness is proved by a lock, not judged by pid: each owning store holds
+an open-file-description lock on its own byte (slot) of ``<path>-owners``, which the kernel
+drops when the process dies (``_owner_lock``: why a pid cannot be trusted across the PID
+namespaces of containers sharing a volume). An owner whose slot is no longer locked is dead
+and is replaced at once; an owner in this same store is live (two handles on one session
+conflict here too). Rows from earlier versions, without a slot, are judged by host, pid and
+start time.
+
+Files. A database file this store creates is ``0600`` (``_connections.create_private``);
+SQLite gives its ``-wal`` and ``-shm`` files the database's bits, and so does the lock file.
+An existing file keeps the bits it has. Stored seqs that are not dense (a row deleted or
+added by hand) are a ``StoreCorruptError`` naming the session and the seq (``_sync``).
 
 Any failure is a ``StoreError``, and only the sessions it concerns see it.
 """
@@ -42,6 +51,15 @@ from ._commit import SqliteBackend, SqliteStaging
 from ._connections import Connections
 
 __all__ = ["SqliteStore", "SqliteStoreStatistics"]
+
+
+def _identity(pid: int) -> tuple[str | None, str | None]:
+    """(start time, PID namespace) of this process (worker thread); None where unknown."""
+    try:
+        pid_ns: str | None = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        pid_ns = None
+    return sql.process_start_time(pid)[1], pid_ns
 
 
 @final
@@ -109,11 +127,12 @@ class SqliteStore:
         )
 
     async def _whoami(self) -> sql.Owner:
-        """This process as an owner (host, pid, start time), computed once."""
+        """This process as an owner (host, pid, start time, PID namespace), computed once."""
         if self._me is None:
             pid = os.getpid()
-            start_time = await self._connections.hop(lambda: sql.process_start_time(pid)[1])
-            self._me = sql.Owner(socket.gethostname(), pid, start_time)
+            start_time, pid_ns = await self._connections.hop(partial(_identity, pid))
+            lock = self._connections.owner_lock
+            self._me = sql.Owner(socket.gethostname(), pid, start_time, pid_ns, lock)
         return self._me
 
     def _handle(self, sid: str, header: Mapping[str, Any], token: str, count: int) -> WriteHandle:
@@ -161,6 +180,8 @@ class SqliteStore:
         Raises:
             SessionNotFoundError: no stored event for ``session_id``.
             SessionAlreadyOwnedError: ``mode="write"`` and a live writer owns it.
+            StoreCorruptError: stored data of the session is corrupt (seqs not dense: the
+                message names the seq; a header that does not decode); nothing is taken.
         """
         connections = self._connections
         if mode == "read":
