@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import secrets
 import select
 import signal
 import struct
@@ -12,12 +13,18 @@ import subprocess
 import sys
 import termios
 import time
+import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart.yaml"
 COMMAND = [sys.executable, "-m", "dsh_agent_loop.cli"]
+PG_ENV = "DSH_TEST_POSTGRES_DSN"
 
 
 def environment(cwd: Path, **extra: str) -> dict[str, str]:
@@ -125,3 +132,40 @@ class Terminal:
         if not self._closed:
             self._closed = True
             os.close(self.fd)
+
+
+def postgres_dsn() -> str:
+    """The test server's DSN (``DSH_TEST_POSTGRES_DSN``), or skip with the reason shown."""
+    import psycopg
+
+    dsn = os.environ.get(PG_ENV)
+    if not dsn:
+        pytest.skip(f"PostgreSQL tests need {PG_ENV} (e.g. postgresql://postgres@127.0.0.1/test)")
+    try:
+        psycopg.connect(dsn, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        pytest.skip(f"PostgreSQL at {PG_ENV} is unreachable: {exc}")
+    return dsn
+
+
+def with_password(dsn: str, password: str) -> str:
+    """``dsn`` with ``password`` in its userinfo (the user is ``postgres`` if it names none)."""
+    parts = urllib.parse.urlsplit(dsn)
+    user = parts.username or "postgres"
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"{user}:{urllib.parse.quote(password, safe='')}@{host}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+@contextmanager
+def pg_tables(dsn: str) -> Iterator[str]:
+    """A fresh table prefix on the test server; its tables are dropped afterwards."""
+    import psycopg
+
+    prefix = f"dsh_cli{secrets.token_hex(4)}_"
+    try:
+        yield prefix
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for table in ("events", "sessions", "leases"):
+                conn.execute(f"DROP TABLE IF EXISTS {prefix}{table}")

@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
-import pytest
+import io
+import re
 
+import pytest
+from rich.console import Console
+
+from dsh_agent_loop._frozen import FrozenDict
 from dsh_agent_loop.cli._render import (
     SNIPPET,
+    StreamRenderer,
     describe,
     event_line,
     message_text,
     reason_text,
     snippet,
+    store_failure_line,
 )
-from dsh_agent_loop.events import Event
+from dsh_agent_loop.events import (
+    AGENT_ERROR,
+    ASSISTANT_STREAM,
+    HOOK_TOOLS_RESULT,
+    TOOL_RESULT,
+    Event,
+    make_event,
+)
+from dsh_agent_loop.llm.base import BlockEnd, BlockStart, TextDelta, ToolCallDelta
 
 
 def text(t: str) -> dict:
@@ -156,3 +171,84 @@ def test_event_line_pads_seq_and_type_and_strips_trailing_space():
     )
     seed = event_line(Event("session/end-seed", None, 0.0, {}))
     assert seed == "    -  session/end-seed"
+
+
+HOSTILE = "a\x1b[2Jb\x1b]52;c;Zm9v\x07c\x9bd\u202ee"
+SHOWN = "a␛[2Jb␛]52;c;Zm9v␇c\\x9bd\\u202ee"
+
+
+def _terminal_console() -> tuple[Console, io.StringIO]:
+    out = io.StringIO()
+    return Console(file=out, force_terminal=True, color_system="standard", width=200), out
+
+
+def _raw_controls(written: str) -> list[str]:
+    """What is left besides rich's own SGR styling that a terminal would act on."""
+    return re.findall(
+        "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", SGR.sub("", written)
+    )
+
+
+SGR = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def test_the_renderer_shows_hostile_stream_tool_and_error_text_without_a_guard() -> None:
+    console, out = _terminal_console()
+    renderer = StreamRenderer(console, prefix=False)
+
+    def frame(chunk: object) -> Event:
+        data = FrozenDict(agent_id="a", frame="chunk", chunk=chunk)
+        return make_event(ASSISTANT_STREAM, None, 0.0, data)
+
+    renderer.on_stream(frame(TextDelta(0, HOSTILE)))
+    renderer.on_stream(frame(BlockEnd(0)))
+    renderer.on_stream(frame(BlockStart(1, "tool-call", call_id="c", name=f"n{HOSTILE}")))
+    renderer.on_stream(frame(ToolCallDelta(1, "not json " + HOSTILE)))
+    renderer.on_stream(frame(BlockEnd(1)))
+    stored = Event(TOOL_RESULT, 3, 0.0, {"message": {"name": "t", "content": [text(HOSTILE)]}})
+    renderer.on_tool_result(make_event(HOOK_TOOLS_RESULT, None, 0.0, FrozenDict(event=stored)))
+    renderer.on_error(
+        Event(
+            AGENT_ERROR,
+            None,
+            0.0,
+            {"agent_id": "a", "turn": 1, "error": {"code": "X", "message": HOSTILE}},
+        )
+    )
+    written = out.getvalue()
+    assert renderer.failures == []
+    assert _raw_controls(written) == []
+    assert written.count(SHOWN) == 5, written  # text, call name, arguments, result, error
+    assert renderer.store_failures == {}
+
+
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [
+        ("OWNERSHIP_LOST", "another process took its session over"),
+        ("STORE_FAILED", "its session store failed"),
+    ],
+)
+def test_a_store_failure_is_one_line_and_is_kept(code: str, words: str) -> None:
+    console, out = _terminal_console()
+    renderer = StreamRenderer(console, prefix=True)
+    error = {"code": code, "message": "session 's': the write\n lease was lost"}
+    renderer.on_error(Event(AGENT_ERROR, None, 0.0, {"agent_id": "a", "turn": 2, "error": error}))
+    (line,) = SGR.sub("", out.getvalue()).splitlines()
+    assert line == (
+        f"a: stopped, {words}; its events not yet stored are lost"
+        f" ({code}: session 's': the write lease was lost)"
+    )
+    assert renderer.store_failures == {"a": code}
+    assert (
+        store_failure_line("a", code, "m")
+        == f"a: stopped, {words}; its events not yet stored are lost ({code}: m)"
+    )
+
+
+def test_event_lines_show_control_characters() -> None:
+    event = Event("x/custom", 4, 0.0, {"text": HOSTILE})
+    line = event_line(event)
+    assert _raw_controls(line) == []
+    assert "\\u001b[2J" in line  # JSON-quoted C0
+    assert "\\x9bd\\u202ee" in line

@@ -69,8 +69,9 @@ def test_show_prints_plain_words_and_token_totals(workdir: Path) -> None:
     head, counts, tokens, *lines = done.stdout.splitlines()
     assert session_id in head
     assert counts == "1 turn (1 completed) · 2 model calls · 1 tool call"
-    # The quick-start script reports usage: 30 + 60 tokens in, 24 + 25 out.
-    assert tokens == "tokens: 90 in, 49 out, 139 total"
+    # The quick-start script reports usage: 30 + 65 tokens in (the listing of the folder,
+    # sessions.db and its side files included), 24 + 25 out.
+    assert tokens == "tokens: 95 in, 49 out, 144 total"
     assert [int(line.split()[0]) for line in lines] == list(range(len(lines)))
     words = [line.split(None, 1)[1] for line in lines]
     assert 'you: "hi"' in words
@@ -99,6 +100,7 @@ def test_export_writes_the_jsonl_store_format(workdir: Path) -> None:
     assert to_file.returncode == 0
     assert to_file.stdout == ""
     assert out.read_text(encoding="utf-8") == done.stdout
+    assert out.stat().st_mode & 0o777 == 0o600  # the session's copy: its owner's only
     listed = cli("sessions", "list", "--store", "jsonl:///dir", cwd=workdir)
     assert listed.stdout.split("\t")[:3] == [session_id, "main", str(len(events))]
     checked = cli("sessions", "check", session_id, "--store", "jsonl:///dir", cwd=workdir)

@@ -8,12 +8,18 @@ given at an outer level is never reset by an inner one.
 
 Every error reaches the user as one line on stderr (a ``ConfigError`` verbatim), with exit 2
 for bad usage, bad config or an unknown session, and 1 for anything else; ``--debug`` adds the
-traceback.
+traceback. Whatever is written, the error line, the traceback, log records and the consoles'
+output alike, passes through one ``TerminalGuard`` (``_terminal.py``): control characters are
+shown, not sent, and the store URL's password is hidden; each verb hands it its store URL before
+building the store. Log records reach stderr through the guard too, while the command runs: this
+library's warnings always, other libraries' (psycopg's, for one, after a failure already
+reported) only with ``--debug``.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import traceback
@@ -27,10 +33,12 @@ from .. import __version__
 from ..config import load_config
 from ..errors import ConfigError
 from ._setup import (
+    DEFAULT_STORE,
     EXIT_FAILED,
     EXIT_USAGE,
     CliError,
     config_path,
+    config_store_url,
     load_cli_config,
     load_cli_tools,
     load_user_settings,
@@ -39,6 +47,7 @@ from ._setup import (
     with_cli_tools,
     with_session,
 )
+from ._terminal import TerminalGuard, redact, visible
 
 __all__ = ["build_parser", "main"]
 
@@ -49,7 +58,8 @@ class _Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one stderr line and exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        shown = visible(redact(message))  # it may quote any argument, a store URL among them
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {shown} (see {self.prog} --help)\n")
 
 
 def _positive_int(text: str) -> int:
@@ -241,15 +251,18 @@ def build_parser() -> argparse.ArgumentParser:
 # -- verbs ------------------------------------------------------------------------------------
 
 
-def _consoles() -> tuple[Console, Console]:
+def _consoles(guard: TerminalGuard) -> tuple[Console, Console]:
     out = Console(highlight=False)
     if not out.is_terminal:
         # Piped or redirected: tables keep their full cells instead of 80-column truncation.
         out = Console(highlight=False, width=max(out.width, 160))
-    return out, Console(stderr=True, highlight=False)
+    errors = Console(stderr=True, highlight=False)
+    out.push_render_hook(guard)
+    errors.push_render_hook(guard)
+    return out, errors
 
 
-def _run_verb(args: argparse.Namespace) -> int:
+def _run_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
     from ._run import read_prompt, run_agents, select_agents
 
     path = config_path(args.config_path, getattr(args, "config", None))
@@ -263,8 +276,9 @@ def _run_verb(args: argparse.Namespace) -> int:
     config = with_cli_tools(config, tools)
     prompt = read_prompt(args.prompt)
     url = store_url(getattr(args, "store", None), config)
+    guard.add_store_url(url)
     store = make_store(url)
-    console, errors = _consoles()
+    console, errors = _consoles(guard)
     return trio.run(
         lambda: run_agents(
             config,
@@ -281,7 +295,7 @@ def _run_verb(args: argparse.Namespace) -> int:
     )
 
 
-def _chat_verb(args: argparse.Namespace) -> int:
+def _chat_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
     from ._chat import chat, echo_config
     from ._run import select_agents
 
@@ -298,8 +312,9 @@ def _chat_verb(args: argparse.Namespace) -> int:
     tools = load_cli_tools(args.tool_refs)
     config = with_cli_tools(config, tools)
     url = store_url(getattr(args, "store", None), config)
+    guard.add_store_url(url)
     store = make_store(url)
-    console, errors = _consoles()
+    console, errors = _consoles(guard)
     return trio.run(
         lambda: chat(
             config,
@@ -315,13 +330,16 @@ def _chat_verb(args: argparse.Namespace) -> int:
     )
 
 
-def _sessions_verb(args: argparse.Namespace) -> int:
+def _sessions_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
     from . import _sessions
 
-    config = load_cli_config(getattr(args, "config", None))
-    url = store_url(getattr(args, "store", None), config)
+    # Only the config's store is read: these verbs import no tool and start nothing.
+    configured = config_store_url(getattr(args, "config", None))
+    option: str | None = getattr(args, "store", None)
+    url = option if option is not None else configured or DEFAULT_STORE
+    guard.add_store_url(url)
     store = make_store(url)
-    console, _ = _consoles()
+    console, _ = _consoles(guard)
     verb = args.sessions_verb
     if verb == "list":
         tty = sys.stdout.isatty()
@@ -333,7 +351,7 @@ def _sessions_verb(args: argparse.Namespace) -> int:
     return _sessions.export_session(store, url, args.session_id, args.output)
 
 
-def _simulate_verb(args: argparse.Namespace) -> int:
+def _simulate_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
     from ._simulate import (
         SimOptions,
         exit_code,
@@ -347,8 +365,9 @@ def _simulate_verb(args: argparse.Namespace) -> int:
     config = load_cli_config(getattr(args, "config", None))
     tools = load_cli_tools(args.tool_refs)
     url = store_url(getattr(args, "store", None), config)
+    guard.add_store_url(url)
     store = make_store(url)
-    console, errors = _consoles()
+    console, errors = _consoles(guard)
     if config is not None and config.agents:
         declared = ", ".join(entry.id for entry in config.agents)
         errors.print(
@@ -378,15 +397,34 @@ def _simulate_verb(args: argparse.Namespace) -> int:
     return exit_code(summary)
 
 
-def _bench_verb(args: argparse.Namespace) -> int:
+def _bench_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
     from ._bench import bench
 
     load_cli_config(getattr(args, "config", None))
-    console, errors = _consoles()
+    console, errors = _consoles(guard)
     return bench(args.quick, args.json, console, check=args.check, errors=errors)
 
 
 # -- entry point ------------------------------------------------------------------------------
+
+
+class _GuardedFormatter(logging.Formatter):
+    def __init__(self, guard: TerminalGuard) -> None:
+        super().__init__("%(message)s")
+        self.guard = guard
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self.guard.clean(super().format(record))
+
+
+def _log_handler(guard: TerminalGuard, debug: bool) -> logging.Handler:
+    """A stderr handler for the root logger that writes through ``guard``."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_GuardedFormatter(guard))
+    if not debug:
+        own = __name__.partition(".")[0]
+        handler.addFilter(lambda record: record.name.partition(".")[0] == own)
+    return handler
 
 
 def _leaves(error: BaseException) -> list[BaseException]:
@@ -403,17 +441,17 @@ def _one_line(error: BaseException) -> str:
     return f"{PROG}: error: {name}: {text}" if text else f"{PROG}: error: {name}"
 
 
-def _report(error: BaseException, debug: bool) -> int:
+def _report(error: BaseException, debug: bool, guard: TerminalGuard) -> int:
     leaves = _leaves(error)
     if any(isinstance(leaf, KeyboardInterrupt) for leaf in leaves):
         return 130
     first = leaves[0]
     if debug:
-        traceback.print_exception(error)
+        sys.stderr.write(guard.clean("".join(traceback.format_exception(error))))
     line = _one_line(first)
     if len(leaves) > 1:
         line += f" (and {len(leaves) - 1} more errors; --debug shows them)"
-    print(line, file=sys.stderr)
+    print(guard.clean(line), file=sys.stderr)
     if isinstance(first, CliError):
         return first.code
     if isinstance(first, ConfigError):
@@ -426,9 +464,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = bool(getattr(args, "debug", False))
-    handler: Callable[[argparse.Namespace], int] = args.handler
+    handler: Callable[[argparse.Namespace, TerminalGuard], int] = args.handler
+    guard = TerminalGuard()
+    option: str | None = getattr(args, "store", None)
+    if option is not None:
+        guard.add_store_url(option)
+    root = logging.getLogger()
+    log_handler = _log_handler(guard, debug)
+    root.addHandler(log_handler)  # instead of logging's last resort, which writes raw
     try:
-        return handler(args)
+        return handler(args, guard)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # the reader went away (``| head``): stop quietly
@@ -436,4 +481,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_FAILED
     except (Exception, BaseExceptionGroup) as error:  # every failure is one line unless --debug
-        return _report(error, debug)
+        return _report(error, debug, guard)
+    finally:
+        root.removeHandler(log_handler)

@@ -11,6 +11,10 @@ A tool call waiting for approval (``requireApproval``, ``Tool(requires_approval=
 about with a y/n question, one per call, after the turn that deferred it and after a resume; the
 turn then goes on. End of input leaves the calls pending in the session for a later resume.
 
+When the agent's store fails or another process takes its session over (``agent/error`` with
+``OWNERSHIP_LOST`` or ``STORE_FAILED``), the agent stops: the renderer says so in one line and
+the REPL leaves at once with exit 1, mid-turn or waiting for input alike.
+
 Without a config the agent talks to an offline echo model, so the REPL can be tried anywhere.
 """
 
@@ -32,15 +36,16 @@ from .._frozen import thaw
 from ..agent.lifecycle import AgentHandle
 from ..config import PLUGIN_NAME, RuntimeConfig, load_config
 from ..errors import AgentLoopError
-from ..events import TURN_END
+from ..events import AGENT_ERROR, TURN_END, Event
 from ..llm.base import ModelAdapter, ModelRequest
 from ..llm.scripted import Reply, ScriptedModel
 from ..runtime import Runtime, open_runtime
 from ..session.store import SessionStore
 from ..tools.base import Tool
-from ._render import StreamRenderer, message_text, reason_text
+from ._render import STORE_FAILURES, StreamRenderer, message_text, reason_text
 from ._run import failed_turns, report_start_failures
 from ._setup import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from ._terminal import redact_url, visible
 
 __all__ = ["DOUBLE_PRESS", "PROMPT", "chat", "echo_config"]
 
@@ -93,25 +98,38 @@ class _Chat:
         self.failed = False
         self.last_interrupt = -math.inf
         self.echoed = sys.stdin.isatty()
+        self.leave: trio.CancelScope | None = None
+        """Cancelled to leave the REPL at once (set while it runs)."""
 
     def say(self, text: str, style: str = "dim") -> None:
         self.renderer.end_line()
-        self.console.print(Text(text, style=style), soft_wrap=True)
+        self.console.print(Text(visible(text), style=style), soft_wrap=True)
 
     def complain(self, text: str) -> None:
         self.renderer.end_line()
-        self.errors.print(Text(text, style="red"), soft_wrap=True)
+        self.errors.print(Text(visible(text), style="red"), soft_wrap=True)
+
+    def on_error(self, event: Event) -> None:
+        """``agent/error`` observer: a store failure of the chat's agent ends the chat (exit 1)."""
+        error = event.data.get("error") or {}
+        if error.get("code") not in STORE_FAILURES:
+            return
+        if event.data.get("agent_id") != self.handle.agent.id:
+            return
+        self.failed = True
+        if self.leave is not None:
+            self.leave.cancel()
 
     # -- input and signals -------------------------------------------------------------------
     async def read_line(self, prompt: str = PROMPT) -> str | None:
         """The next input line, or None at end of input."""
         self.renderer.end_line()
-        self.console.print(Text(prompt, style="bold green"), end="", soft_wrap=True)
+        self.console.print(Text(visible(prompt), style="bold green"), end="", soft_wrap=True)
         self.console.file.flush()
         line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
         if line and not self.echoed:
             # A terminal echoes what is typed; piped input is shown so transcripts read well.
-            self.console.print(Text(line.rstrip("\n")), soft_wrap=True)
+            self.console.print(Text(visible(line.rstrip("\n"))), soft_wrap=True)
         return line if line else None
 
     async def watch_interrupts(self, signals: AsyncIterator[int], leave: trio.CancelScope) -> None:
@@ -219,7 +237,7 @@ class _Chat:
                 self.complain(f"cannot resume {session_id}: {exc}")
                 return
             if found is None:
-                self.complain(f"session '{session_id}' not found in {self.url}")
+                self.complain(f"session '{session_id}' not found in {redact_url(self.url)}")
                 return
         await self.handle.dispose()
         if session_id is not None:
@@ -278,10 +296,11 @@ async def chat(
         if handle is None:
             return EXIT_USAGE
         session = _Chat(rt, handle, url, console, errors)
-        disposers = session.renderer.attach(rt.hooks)
+        disposers = [*session.renderer.attach(rt.hooks), rt.hooks.on(AGENT_ERROR, session.on_error)]
         try:
             with trio.open_signal_receiver(signal.SIGINT) as signals:
                 async with trio.open_nursery() as nursery:
+                    session.leave = nursery.cancel_scope
                     nursery.start_soon(session.watch_interrupts, signals, nursery.cancel_scope)
                     await session.repl()
                     nursery.cancel_scope.cancel()

@@ -7,7 +7,10 @@ streams; reasoning is dimmed; tool calls and results are compact panels. With se
 every line is prefixed by the agent id, so output is line-buffered per agent and block.
 
 Model text is printed as ``rich.text.Text``, never as markup, so ``[brackets]`` in a reply
-stay literal.
+stay literal, and through ``visible`` (``_terminal.py``), so control sequences in it are shown,
+never sent to the terminal. An ``agent/error`` saying the agent's store failed or its session
+was taken over (``STORE_FAILURES``) is one line, and is kept in ``store_failures``: the verbs exit
+1 on it, since what the agent did after it is not stored.
 """
 
 from __future__ import annotations
@@ -45,8 +48,10 @@ from ..events import (
 )
 from ..hooks import Disposer, HookBus
 from ..llm.base import BlockEnd, BlockStart, Failure, ReasoningDelta, TextDelta, ToolCallDelta
+from ._terminal import visible
 
 __all__ = [
+    "STORE_FAILURES",
     "StreamRenderer",
     "describe",
     "event_line",
@@ -55,12 +60,16 @@ __all__ = [
     "reason_text",
     "retry_line",
     "snippet",
+    "store_failure_line",
 ]
 
 #: Lines of a tool result shown in its panel.
 RESULT_LINES: Final = 6
 #: Characters of a detail shown on one summary line.
 SNIPPET: Final = 72
+#: ``agent/error`` codes that stop the agent: its store failed, or another process owns its
+#: session now. What it did after that is not stored.
+STORE_FAILURES: Final = frozenset({"OWNERSHIP_LOST", "STORE_FAILED"})
 
 
 def snippet(text: str, limit: int = SNIPPET) -> str:
@@ -255,9 +264,18 @@ def describe(event: Event) -> str:
 
 
 def event_line(event: Event) -> str:
-    """``seq  type  detail`` on one line."""
+    """``seq  type  detail`` on one line, its control characters made visible."""
     seq = "-" if event.seq is None else str(event.seq)
-    return f"{seq:>5}  {event.type:<20}  {describe(event)}".rstrip()
+    return visible(f"{seq:>5}  {event.type:<20}  {describe(event)}".rstrip())
+
+
+def store_failure_line(agent_id: str, code: str, message: str) -> str:
+    """The one line saying an agent stopped on ``OWNERSHIP_LOST`` or ``STORE_FAILED``."""
+    if code == "OWNERSHIP_LOST":
+        what = "another process took its session over"
+    else:
+        what = "its session store failed"
+    return f"{agent_id}: stopped, {what}; its events not yet stored are lost ({code}: {message})"
 
 
 class _Block:
@@ -288,6 +306,8 @@ class StreamRenderer:
         self.prefix = prefix
         self._blocks: dict[tuple[str, int], _Block] = {}
         self._mid_line = False
+        self.store_failures: dict[str, str] = {}
+        """Agent id → the ``STORE_FAILURES`` code its ``agent/error`` reported."""
         self.failures: list[str] = []
         """Observer failures (rendering must never raise into an agent's driver)."""
 
@@ -322,6 +342,7 @@ class StreamRenderer:
             self._mid_line = False
 
     def _write(self, agent_id: str, block: _Block, text: str) -> None:
+        text = visible(text)
         style = "dim italic" if block.kind == "reasoning" else ""
         if not self.prefix:
             self.console.print(Text(text, style=style), end="", soft_wrap=True)
@@ -386,8 +407,8 @@ class StreamRenderer:
         title = f"{agent_id} · " if self.prefix else ""
         self.console.print(
             Panel(
-                Text(snippet(shown, 400)),
-                title=Text(f"{title}tool call: {block.name}", style="bold cyan"),
+                Text(visible(snippet(shown, 400))),
+                title=Text(visible(f"{title}tool call: {block.name}"), style="bold cyan"),
                 title_align="left",
                 border_style="cyan",
                 expand=False,
@@ -418,8 +439,10 @@ class StreamRenderer:
         self.end_line()
         self.console.print(
             Panel(
-                Text("\n".join(snippet(line, 160) for line in lines)),
-                title=Text(f"{title}result: {message.get('name', '?')}{status}", style=style),
+                Text(visible("\n".join(snippet(line, 160) for line in lines))),
+                title=Text(
+                    visible(f"{title}result: {message.get('name', '?')}{status}"), style=style
+                ),
                 title_align="left",
                 border_style=style,
                 expand=False,
@@ -441,7 +464,7 @@ class StreamRenderer:
                 agent_id = str(getattr(payload.get("agent"), "id", "?"))
                 self.end_line()
                 self.errors.print(
-                    self._label(agent_id) + Text(line, style="yellow"), soft_wrap=True
+                    self._label(agent_id) + Text(visible(line), style="yellow"), soft_wrap=True
                 )
         except (Exception, SystemExit) as exc:  # rendering must not change the decision
             self.failures.append(f"{type(exc).__name__}: {exc}")
@@ -451,12 +474,12 @@ class StreamRenderer:
         """An ``agent/error`` notification: the turn failed."""
         data = event.data
         error = data.get("error") or {}
+        agent_id, code = str(data.get("agent_id", "?")), str(error.get("code", "?"))
+        message = " ".join(str(error.get("message", "")).split())
+        if code in STORE_FAILURES:
+            self.store_failures.setdefault(agent_id, code)
+            line = store_failure_line(agent_id, code, message)
+        else:
+            line = f"{agent_id}: turn {data.get('turn')} failed: {code}: {message}"
         self.end_line()
-        self.errors.print(
-            Text(
-                f"{data.get('agent_id', '?')}: turn {data.get('turn')} failed: "
-                f"{error.get('code', '?')}: {error.get('message', '')}",
-                style="bold red",
-            ),
-            soft_wrap=True,
-        )
+        self.errors.print(Text(visible(line), style="bold red"), soft_wrap=True)

@@ -5,7 +5,10 @@ are idle, that is when every turn's ``turn/end`` is stored. The exit code looks 
 that ended in this process: the turns run for the prompt, and a turn that crash repair closed
 when the session was resumed (``interrupted``). A first Ctrl-C cancels the running turns (what
 was shown stays in the log, and each turn's ``turn/end`` is stored as ``aborted``); a second one
-stops waiting. Either way the verb then exits 130, as an interrupted command does.
+stops waiting. Either way the verb then exits 130, as an interrupted command does. An agent
+whose store failed or whose session another process took over (``agent/error`` with
+``OWNERSHIP_LOST`` or ``STORE_FAILED``) makes the exit code 1: what it did after that was not
+stored, and its turn's end may never be.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from ..session.store import SessionStore
 from ..tools.base import Tool
 from ._render import StreamRenderer, event_line
 from ._setup import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
+from ._terminal import redact_url, visible
 
 __all__ = [
     "attach_index",
@@ -107,10 +111,11 @@ def report_start_failures(rt: Runtime, errors: Console, url: str | None = None) 
     for failure in rt.start_failures:
         session = resumed.get(failure.agent_id)
         if isinstance(failure.error, SessionNotFoundError) and session is not None:
-            where = f" in {url}" if url else ""
-            errors.print(f"session '{session}' not found{where}", soft_wrap=True, markup=False)
+            where = f" in {redact_url(url)}" if url else ""
+            line = f"session '{visible(session)}' not found{where}"
+            errors.print(line, soft_wrap=True, markup=False)
             continue
-        message = " ".join(str(failure.error).split())
+        message = visible(" ".join(str(failure.error).split()))
         if isinstance(failure.error, McpStartError):  # names its server itself
             errors.print(message, soft_wrap=True, markup=False)
             continue
@@ -183,9 +188,13 @@ async def run_agents(
             events = agent.session.events
             if not quiet:
                 _summary(console, agent, events)
+            if agent.id in renderer.store_failures:
+                code = EXIT_FAILED  # its one line was printed when it happened
+                continue
             for reason in failed_turns(events, starts[agent.id]):
                 code = EXIT_FAILED
-                errors.print(f"{agent.id}: a turn ended {reason.get('kind')}", soft_wrap=True)
+                line = visible(f"{agent.id}: a turn ended {reason.get('kind')}")
+                errors.print(line, soft_wrap=True, markup=False)
         if rt.start_failures:
             code = max(code, EXIT_USAGE)
         if presses:
@@ -196,8 +205,7 @@ async def run_agents(
 
 def _summary(console: Console, agent: Agent, events: Sequence[Event]) -> None:
     console.print()
-    console.print(
-        Text(f"session {agent.session_id}  ({len(events)} events)", style="bold"), soft_wrap=True
-    )
+    title = visible(f"session {agent.session_id}  ({len(events)} events)")
+    console.print(Text(title, style="bold"), soft_wrap=True)
     for event in events:
         console.print(event_line(event), soft_wrap=True, markup=False, highlight=False)

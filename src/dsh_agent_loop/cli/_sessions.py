@@ -1,4 +1,4 @@
-"""``dsh-agent sessions list | show | check | export``: read stored sessions.
+r"""``dsh-agent sessions list | show | check | export``: read stored sessions.
 
 These verbs only read. A SQLite file or JSONL directory that does not exist is an empty store
 (it is not created). ``list`` puts the full session id first on every row and never wraps or
@@ -7,12 +7,16 @@ cuts a line, whatever the terminal width; piped, it prints plain tab-separated l
 parent's (``parent_session_id``) and every fork under its source (``forked_from``), indented two
 spaces a level, with the link in the last column. ``export`` writes the JsonlStore file format:
 the header as one JSON line, then one event per line, so the output can be dropped into a JSONL
-store directory as ``<session_id>.jsonl``.
+store directory as ``<session_id>.jsonl``; DEL, C1 and bidi controls, which JSON allows raw, are
+written as ``\uXXXX`` escapes (the values are unchanged). Everything else these verbs print from a
+stored session is passed through ``visible`` (``_terminal.py``), and the store URL through
+``redact_url``. With ``--config`` only the config's ``store`` is read (``config_store_url``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
@@ -28,13 +32,14 @@ from ..events import Event, event_to_json
 from ..session.store import SessionInfo, SessionStore
 from ._render import reason_text
 from ._setup import EXIT_FAILED, EXIT_OK, CliError, missing_local_store
+from ._terminal import json_visible, redact_url, visible
 from ._transcript import plain_line, totals
 
 __all__ = ["check_session", "export_session", "list_sessions", "show_session"]
 
 
 def _not_found(session_id: str, url: str) -> CliError:
-    return CliError(f"session '{session_id}' not found in {url}")
+    return CliError(f"session '{visible(session_id)}' not found in {redact_url(url)}")
 
 
 async def _infos(store: SessionStore) -> list[SessionInfo]:
@@ -71,7 +76,16 @@ def _load(store: SessionStore, session_id: str, url: str) -> tuple[Mapping[str, 
 def _rows(infos: Sequence[SessionInfo]) -> list[tuple[str, ...]]:
     ordered = sorted(infos, key=lambda i: (i.created_at, i.session_id))
     return [
-        (i.session_id, i.agent_id, str(i.event_count), reason_text(i.last_turn_end), i.created_at)
+        tuple(
+            visible(cell)
+            for cell in (
+                i.session_id,
+                i.agent_id,
+                str(i.event_count),
+                reason_text(i.last_turn_end),
+                i.created_at,
+            )
+        )
         for i in ordered
     ]
 
@@ -92,7 +106,8 @@ async def _linked_infos(store: SessionStore) -> list[tuple[SessionInfo, str | No
             at = forked.get("at_seq") if isinstance(forked, Mapping) else None
             label = "child" if parent is not None else ""
             if source is not None:
-                label = f"{label}, fork of {source}@{at}" if label else f"fork of {source}@{at}"
+                fork = visible(f"fork of {source}@{at}")
+                label = f"{label}, {fork}" if label else fork
             links[info.session_id] = (parent, source, label)
     finally:
         with trio.CancelScope(shield=True):
@@ -154,7 +169,7 @@ def _print_rows(
         out.flush()
         return EXIT_OK
     if not rows:
-        console.print(Text(f"no sessions in {url}", style="dim"), soft_wrap=True)
+        console.print(Text(f"no sessions in {redact_url(url)}", style="dim"), soft_wrap=True)
         return EXIT_OK
     last = "LINK" if tree else "CREATED"
     header = ("SESSION", "AGENT", "EVENTS", "LAST TURN END", last)
@@ -180,16 +195,19 @@ def show_session(store: SessionStore, url: str, session_id: str, console: Consol
     header, events = _load(store, session_id, url)
     console.print(
         Text(
-            f"session {session_id}  agent {header.get('agent_id', '?')}  "
-            f"created {header.get('created_at', '?')}  {len(events)} events",
+            visible(
+                f"session {session_id}  agent {header.get('agent_id', '?')}  "
+                f"created {header.get('created_at', '?')}  {len(events)} events"
+            ),
             style="bold",
         ),
         soft_wrap=True,
     )
     for line in totals(events).lines():
-        console.print(Text(line), soft_wrap=True)
+        console.print(Text(visible(line)), soft_wrap=True)
     for index, event in enumerate(events):
-        console.print(plain_line(index, event), soft_wrap=True, markup=False, highlight=False)
+        line = visible(plain_line(index, event))
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
     return EXIT_OK
 
 
@@ -198,7 +216,9 @@ def check_session(store: SessionStore, url: str, session_id: str, console: Conso
     try:
         _, events = _load(store, session_id, url)
     except StoreError as exc:
-        console.print(f"session '{session_id}' is unreadable: {exc}", soft_wrap=True, markup=False)
+        console.print(
+            visible(f"session '{session_id}' is unreadable: {exc}"), soft_wrap=True, markup=False
+        )
         return EXIT_FAILED
     violations = invariants.check(events)
     if not violations:
@@ -210,7 +230,7 @@ def check_session(store: SessionStore, url: str, session_id: str, console: Conso
         )
         return EXIT_OK
     for violation in violations:
-        console.print(str(violation), soft_wrap=True, markup=False, highlight=False)
+        console.print(visible(str(violation)), soft_wrap=True, markup=False, highlight=False)
     count = len(violations)
     console.print(
         f"session {session_id}: {len(events)} events, {count} violation{'s' * (count != 1)}",
@@ -233,12 +253,15 @@ def export_session(store: SessionStore, url: str, session_id: str, output: str |
     """Write the header line and one JSON event per line to ``output`` (stdout when None)."""
     header, events = _load(store, session_id, url)
     head = json.dumps(header, ensure_ascii=False, separators=(",", ":"), default=_json_default)
-    lines = [head, *(event_to_json(event) for event in events)]
+    # Escaped, the DEL, C1 and bidi controls JSON allows raw cannot reach a terminal (lossless).
+    lines = [json_visible(head), *(json_visible(event_to_json(event)) for event in events)]
     if output is None or output == "-":
         _write(sys.stdout, lines)
         return EXIT_OK
     try:
-        with open(output, "w", encoding="utf-8") as f:
+        # A new file is the session's copy: readable by its owner only, like the store's files.
+        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(fd, "w", encoding="utf-8") as f:
             _write(f, lines)
     except OSError as exc:
         raise CliError(f"cannot write {output}: {exc.strerror or exc}", EXIT_FAILED) from None

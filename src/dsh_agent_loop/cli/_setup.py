@@ -2,8 +2,10 @@
 
 Order matters: the config and the settings file are loaded and validated first, and the store
 is only built (never opened) afterwards, so a bad config exits 2 without creating
-``sessions.db``. Errors meant for the user are ``CliError``s carrying their exit code; the
-application prints their message as one line, verbatim.
+``sessions.db``. The read-only verbs (``sessions ...``) read only the config's ``store``
+(``config_store_url``): loading the whole config would import the tool modules it names, and
+reading stored sessions needs none of it. Errors meant for the user are ``CliError``s carrying
+their exit code; the application prints their message as one line, verbatim.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from pathlib import Path
 from typing import Any, Final, final
 
 import attrs
+import yaml
 
 from ..config import RuntimeConfig, load_config, load_settings_file
+from ..errors import ConfigError
 from ..session.store import SessionStore
-from ..stores.url import store_from_url
+from ..stores.url import StoreUrlError, parse_store_url, store_from_url
 from ..tools.base import Tool
 from ..tools.loader import load_tool_ref
 
@@ -29,6 +33,7 @@ __all__ = [
     "EXIT_USAGE",
     "CliError",
     "config_path",
+    "config_store_url",
     "load_cli_config",
     "load_cli_tools",
     "load_user_settings",
@@ -42,6 +47,8 @@ __all__ = [
 
 #: The store the CLI uses when neither ``--store`` nor the config names one.
 DEFAULT_STORE: Final = "sqlite:///sessions.db"
+#: Largest config file ``config_store_url`` reads (as ``load_config``: 1 MiB).
+MAX_CONFIG_BYTES: Final = 1024 * 1024
 
 EXIT_OK: Final = 0
 #: A turn ended ``error`` or ``interrupted``, ``check`` found violations, or a runtime failure.
@@ -94,6 +101,77 @@ def load_cli_config(path: str | None) -> RuntimeConfig | None:
         ConfigError: ``FILE: key.path: message``.
     """
     return None if path is None else load_config(path)
+
+
+class _StoreOnlyLoader(yaml.SafeLoader):
+    """A safe YAML loader that refuses duplicate keys (a second ``store`` would win silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[str] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, str):
+                continue
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_config_yaml(path: str) -> Any:
+    try:
+        with open(path, "rb") as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: file is larger than {MAX_CONFIG_BYTES} bytes (1 MiB)")
+    try:
+        return yaml.load(data.decode("utf-8"), Loader=_StoreOnlyLoader)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: cannot read: not UTF-8 text") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{mark.line + 1}:{mark.column + 1}: " if mark is not None else ""
+        problem = exc.problem or exc.context or "syntax error"
+        raise ConfigError(f"{path}: {where}invalid YAML: {problem}") from None
+    except RecursionError:  # the composer recurses once a level
+        raise ConfigError(f"{path}: invalid YAML: nested too deeply") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+
+
+def config_store_url(path: str | None) -> str | None:
+    """The ``store`` of the config file at ``path`` (None: no config, or no ``store``).
+
+    Only that key is read and checked: no tool reference is imported, no persona file read,
+    no server started, and the rest of the file is not validated. The file is read with the
+    bounds ``load_config`` keeps (1 MiB, safe YAML; aliases stay shared references).
+
+    Raises:
+        ConfigError: the file is unreadable, not YAML, or its ``store`` is not a store URL.
+    """
+    if path is None:
+        return None
+    raw = _read_config_yaml(path)
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping (plugins, store, providers, mcpServers)")
+    url = raw.get("store")
+    if url is None:
+        return None
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError(f"{path}: store: expected a store URL string")
+    try:
+        parse_store_url(url)
+    except StoreUrlError as exc:
+        raise ConfigError(f"{path}: store: {exc}") from None
+    return url
 
 
 def store_url(option: str | None, config: RuntimeConfig | None) -> str:

@@ -54,6 +54,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from .. import invariants
 from ..agent.handle import AgentHandle
@@ -66,6 +67,7 @@ from ..session.store import SessionStore
 from ..tools.base import Tool
 from ._setup import EXIT_FAILED, EXIT_OK
 from ._sim_script import SimScript, sim_tool
+from ._terminal import redact_url
 
 __all__ = [
     "SimOptions",
@@ -107,6 +109,7 @@ class SimSummary:
     """The figures ``simulate`` reports (also its ``--json`` record)."""
 
     store: str
+    """The store URL, its password shown as ``***``."""
     agents: int
     turns_total: int
     turns_completed: int
@@ -431,7 +434,7 @@ async def run_simulation(
             nursery.cancel_scope.cancel()
     ordered = sorted(tally.step_times)
     return SimSummary(
-        store=url,
+        store=redact_url(url),
         agents=options.agents,
         turns_total=options.agents * options.turns,
         turns_completed=tally.turn_ends.get("completed", 0),
@@ -481,7 +484,9 @@ def skip_exit_collection() -> Iterator[None]:
 
 def print_summary(summary: SimSummary, console: Console) -> None:
     """The summary table, then any violation samples and unfinished turns."""
-    table = Table(title=f"simulate on {summary.store}", title_justify="left")
+    # The store URL on a line of its own: a table title would wrap it at the table's width.
+    console.print(Text(f"simulate on {summary.store}", style="bold"), soft_wrap=True)
+    table = Table()
     table.add_column("", style="bold", no_wrap=True)
     table.add_column("", justify="right", overflow="fold")
     table.show_header = False
