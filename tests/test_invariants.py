@@ -360,3 +360,29 @@ async def test_many_unknown_types_leave_the_checker_s_per_type_table_bounded(aut
     assert {v.kind for v in found} == {"unknown-type"}
     # what the checker works out per type is kept for durable types only
     assert set(invariants._KINDS) <= set(invariants.DURABLE_TYPES)
+
+
+def test_the_per_type_table_is_read_only_and_complete_at_import():
+    import subprocess
+    import sys
+
+    # a fresh process: nothing has been checked yet when the table is read
+    code = (
+        "from types import MappingProxyType\n"
+        "from dsh_agent_loop import invariants\n"
+        "table = invariants._KINDS\n"
+        "assert type(table) is MappingProxyType, type(table)\n"
+        "assert set(table) == set(invariants.DURABLE_TYPES), set(table)\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+    with pytest.raises(TypeError):
+        invariants._KINDS["future/type"] = invariants._KINDS["turn/start"]  # type: ignore[index]
+    handler, surface = invariants._KINDS["tool/result"]
+    assert handler is invariants._Checker._tool_result
+    assert surface is True
+    assert invariants._KINDS["turn/start"][1] is False

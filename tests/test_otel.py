@@ -173,7 +173,7 @@ async def test_a_retried_attempt_yields_two_chat_spans(autojump_clock: trio.abc.
     (turn,) = spans["invoke_agent main"]
     failed, ok = spans["chat m"]
     assert failed.status.status_code is StatusCode.ERROR
-    assert failed.status.description == "HTTP_5XX: overloaded"
+    assert failed.status.description == "HTTP_5XX"  # the provider's message is content
     assert failed.attributes is not None
     assert failed.attributes["error.type"] == "HTTP_5XX"
     assert failed.attributes["dsh_agent_loop.attempt"] == 1
@@ -524,3 +524,104 @@ def test_tracing_is_off_without_the_config_otel_key() -> None:
     plugin["config"] = {"otel": {"captureContnt": True}}
     with pytest.raises(ConfigError, match=r"otel\.captureContnt: unknown key"):
         load_config({"plugins": [plugin]})
+
+
+SECRET = "sk-live-SECRET-4f1d9a"
+TOOL_OUTPUT = "TOOL-OUTPUT-MARKER-77c2"
+PROVIDER_BODY = "PROVIDER-BODY-MARKER-0b5e"
+FATAL_BODY = "FATAL-BODY-MARKER-a913"
+ABORT_NOTE = "ABORT-NOTE-MARKER-51aa"
+MARKERS = (SECRET, TOOL_OUTPUT, PROVIDER_BODY, FATAL_BODY, ABORT_NOTE)
+
+
+@tool
+async def leaky() -> str:
+    """Fail with a message that embeds a secret."""
+    raise RuntimeError(f"connect failed: password={SECRET}")
+
+
+@tool
+async def echo() -> str:
+    """Answer with output that must not reach a span."""
+    return TOOL_OUTPUT
+
+
+async def _run_hostile_turns(provider: TracerProvider, *, capture_content: bool) -> None:
+    """A retried provider failure, a failing and a plain tool, a failed turn, a cancelled turn."""
+    model = ScriptedModel(
+        [
+            Reply.error("HTTP_5XX", f"upstream said: {PROVIDER_BODY}"),  # retried
+            Reply.tool_calls(("leaky", {}), ("echo", {})),
+            Reply.text("done"),
+            Reply.error("HTTP_4XX", f"400 Bad Request: {FATAL_BODY}", status=400),
+            Reply.hang(),
+        ]
+    )
+    async with open_runtime(
+        providers={"scripted": model},
+        tools=[leaky, echo],
+        tracer_provider=provider,
+        otel_capture_content=capture_content,
+    ) as rt:
+        agent = (await rt.agents.create(options=OPTIONS)).agent
+        for text in ("one", "two"):
+            agent.followup(text)
+            await agent.wait_idle()
+        agent.followup("three")
+        await trio.sleep(1)
+        agent.cancel(message=f"stopped: {ABORT_NOTE}")
+        await agent.wait_idle()
+
+
+def _exported_text(span: ReadableSpan) -> str:
+    """Everything a span exports that could carry text: attributes, events, status."""
+    parts = [repr(dict(span.attributes or {})), str(span.status.description)]
+    for event in span.events:
+        parts.append(event.name)
+        parts.append(repr(dict(event.attributes or {})))
+    return "\n".join(parts)
+
+
+async def test_only_captured_content_reaches_spans_without_it_codes_do(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    provider, exporter = _provider()
+    await _run_hostile_turns(provider, capture_content=False)
+
+    finished = exporter.get_finished_spans()
+    for span in finished:
+        text = _exported_text(span)
+        assert not [m for m in MARKERS if m in text], (span.name, text)
+    spans = _by_name(finished)
+    failed_tool, plain_tool = spans["execute_tool leaky"][0], spans["execute_tool echo"][0]
+    assert failed_tool.status.status_code is StatusCode.ERROR
+    assert failed_tool.status.description == "TOOL_ERROR"
+    assert (failed_tool.attributes or {})["error.type"] == "TOOL_ERROR"
+    assert (failed_tool.attributes or {})["gen_ai.tool.name"] == "leaky"
+    assert plain_tool.status.status_code is StatusCode.UNSET
+    chats = spans["chat m"]
+    assert [c.status.description for c in chats if c.status.description] == [
+        "HTTP_5XX",
+        "HTTP_4XX",
+        "ABORTED",
+    ]
+    ok, failed, cancelled = spans["invoke_agent main"]
+    assert ok.status.status_code is StatusCode.UNSET
+    assert (failed.attributes or {})["error.type"] == "HTTP_4XX"
+    assert failed.status.description == "HTTP_4XX"
+    assert cancelled.status.description == "ABORTED: cancelled (user)"
+
+    # with content capture on, the same turns carry the messages, as the option promises
+    provider, exporter = _provider()
+    await _run_hostile_turns(provider, capture_content=True)
+
+    spans = _by_name(exporter.get_finished_spans())
+    (failed_tool,) = spans["execute_tool leaky"]
+    assert SECRET in str(failed_tool.status.description)
+    (plain_tool,) = spans["execute_tool echo"]
+    assert (plain_tool.attributes or {})["gen_ai.tool.call.result"] == TOOL_OUTPUT
+    descriptions = [str(c.status.description) for c in spans["chat m"]]
+    assert any(PROVIDER_BODY in d for d in descriptions)
+    _, failed, cancelled = spans["invoke_agent main"]
+    assert FATAL_BODY in str(failed.status.description)
+    assert cancelled.status.description == f"ABORTED: stopped: {ABORT_NOTE}"

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
 from types import GenericAlias
-from typing import TYPE_CHECKING, Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn, final
 
 from msgspec import Struct, StructMeta
 
@@ -93,6 +93,7 @@ if TYPE_CHECKING:
     # What type checkers see: a read-only ``Mapping`` (a Struct cannot inherit ``Mapping``;
     # the class below is registered as one instead).
 
+    @final
     class FrozenDict(Mapping[str, Any]):
         """A read-only mapping that is not GC-tracked (the runtime class is below)."""
 
@@ -113,6 +114,7 @@ if TYPE_CHECKING:
 
 else:
 
+    @final
     class FrozenDict(Struct, frozen=True, gc=False, metaclass=_FrozenDictMeta):  # type: ignore[misc]
         """A read-only mapping that is not GC-tracked; keys also read as attributes (``msg.role``).
 
@@ -121,6 +123,9 @@ else:
 
         Stored compactly: a shared ``Shape`` (key to index) and a tuple of values, about half
         the bytes of a ``dict`` (which costs at least 184 bytes however few its keys).
+
+        Final: code is trusted with a ``FrozenDict`` because it is frozen JSON, which a subclass
+        need not be (type checkers refuse one; tests subclass it only to count reads).
         """
 
         _k: Shape

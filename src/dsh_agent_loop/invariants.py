@@ -25,9 +25,10 @@ It reports, as ``Violation`` records (an empty list means well formed):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
-from typing import final
+from types import MappingProxyType
+from typing import Final, final
 
 import attrs
 
@@ -126,14 +127,12 @@ class _Checker:
         seq, t = event.seq, event.type
         if seq != i:
             self.add("seq", seq, f"expected seq {i}")
-        kind = _KINDS.get(t)
-        if kind is None:
-            if t not in DURABLE_TYPES:
-                if not event.ignorable:
-                    self.add("unknown-type", seq, f"unknown event type {t!r}")
-                return
-            kind = _KINDS[t] = _kind(t)
-        handler, surface = kind
+        try:
+            handler, surface = _KINDS[t]
+        except KeyError:  # every durable type is in the table: this one is not durable
+            if not event.ignorable:
+                self.add("unknown-type", seq, f"unknown event type {t!r}")
+            return
         op = event.surface_op
         if op is not None and not surface:
             self.add("surface-op", seq, f"surface_op on {t}")
@@ -285,14 +284,17 @@ class _Checker:
         return self.out
 
 
-#: Per durable event type: its ``_Checker`` handler and whether it is a surface type (worked
-#: out once per type, not once per event).
-_KINDS: dict[str, tuple[Callable[[_Checker, Event], None], bool]] = {}
-
-
 def _kind(event_type: str) -> tuple[Callable[[_Checker, Event], None], bool]:
     name = "_" + event_type.replace("/", "_").replace("-", "_")
     return getattr(_Checker, name, _Checker._other), event_type in SURFACE_TYPES
+
+
+#: Per durable event type: its ``_Checker`` handler and whether it is a surface type. Built at
+#: import and read-only: no state is kept between checks, and a type that is not durable is
+#: never added (a log full of made-up types cannot grow it).
+_KINDS: Final[Mapping[str, tuple[Callable[[_Checker, Event], None], bool]]] = MappingProxyType(
+    {event_type: _kind(event_type) for event_type in DURABLE_TYPES}
+)
 
 
 def check(events: Sequence[Event], *, allow_open_turn: bool = True) -> list[Violation]:

@@ -19,6 +19,12 @@ explicit parent context: no context variable crosses a trio task. The provider's
 ``gen_ai.response.id``. A turn
 whose ``turn/end`` never commits (its agent was disposed after a store failure) has its spans
 ended, with an error status, when ``agent/disposed`` arrives.
+
+Content stays out unless ``capture_content`` asks for it: a tool's result text, a tool error's
+message (which often embeds the tool's output), a provider's error message (which may quote its
+response body) and an abort's message reach no attribute and no status description; a failed
+span carries its code (``error.type``, and the code alone as the status description), and
+only descriptions this module writes itself (``cancelled (user)``) are added to it.
 """
 
 from __future__ import annotations
@@ -73,7 +79,11 @@ def _wall_offset(clock: Callable[[], float]) -> int:
 
 def _set_error(span: Span, code: str, message: str) -> None:
     span.set_attribute("error.type", code)
-    span.set_status(Status(StatusCode.ERROR, f"{code}: {message}" if message else code))
+    span.set_status(Status(StatusCode.ERROR, _describe(code, message)))
+
+
+def _describe(code: str, message: str) -> str:
+    return f"{code}: {message}" if message else code
 
 
 def _part(block: Mapping[str, Any]) -> dict[str, Any]:
@@ -164,6 +174,10 @@ class _Tracing:
     def _ns(self, event: Event) -> int:
         return int(event.time * 1e9) + self._offset
 
+    def _content(self, message: str) -> str:
+        """``message`` (from the log: a tool's or a provider's words) if content is captured."""
+        return message if self._capture else ""
+
     # -- observers ---------------------------------------------------------------------------
     def on_session_event(self, note: Event) -> None:
         """``session/event``: one committed event of some agent's log."""
@@ -240,10 +254,10 @@ class _Tracing:
         elif kind == "error":
             error = reason.get("error") or {}
             code, message = str(error.get("code", "ERROR")), str(error.get("message", ""))
-            self._close_turn(turn, self._ns(event), code, message)
+            self._close_turn(turn, self._ns(event), code, self._content(message))
         elif kind == "aborted":
             cause = reason.get("cause", "user")
-            message = str(reason.get("message") or f"cancelled ({cause})")
+            message = self._content(str(reason.get("message") or "")) or f"cancelled ({cause})"
             self._close_turn(turn, self._ns(event), "ABORTED", message)
         else:
             self._close_turn(turn, self._ns(event), kind.upper(), f"turn ended {kind}")
@@ -316,8 +330,7 @@ class _Tracing:
             start_time=start,
         )
         if error is not None:
-            code, message = error
-            span.set_status(Status(StatusCode.ERROR, f"{code}: {message}" if message else code))
+            span.set_status(Status(StatusCode.ERROR, _describe(*error)))
         span.end(end)
         turn.attempt_start = end
 
@@ -370,8 +383,8 @@ class _Tracing:
         if turn is None:
             return
         failure = event.data.get("failure") or {}
-        error = (str(failure.get("code", "ERROR")), str(failure.get("message", "")))
-        self._chat(session, turn, event, {}, error)
+        code = str(failure.get("code", "ERROR"))
+        self._chat(session, turn, event, {}, (code, self._content(str(failure.get("message", "")))))
 
     # -- tool calls --------------------------------------------------------------------------
     def _tool_call(self, session: _SessionTrace, event: Event) -> None:
@@ -413,11 +426,10 @@ class _Tracing:
         if span is None:  # a call approved between turns: its result comes in this turn
             span = self._tool_span(session, turn, message["name"], message["call_id"], end)
         error = data.get("error")
+        text = "".join(b.get("text", "") for b in message["content"]) if self._capture else ""
         if error is not None:
-            text = "".join(b.get("text", "") for b in message["content"])
-            _set_error(span, str(error["code"]), text)
+            _set_error(span, str(error["code"]), text)  # the code alone unless content is kept
         if self._capture:
-            text = "".join(b.get("text", "") for b in message["content"])
             span.set_attribute("gen_ai.tool.call.result", text)
         span.end(end)
 

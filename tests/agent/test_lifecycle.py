@@ -602,9 +602,9 @@ async def test_header_options_holding_a_list_are_shared_and_frozen(autojump_cloc
 def test_session_id_suffixes_are_version_4_uuids_of_random_bits() -> None:
     import uuid as uuid_module
 
-    from dsh_agent_loop.agent.lifecycle import _uuid4_text
+    from dsh_agent_loop.agent._stamps import uuid4_text
 
-    texts = [_uuid4_text() for _ in range(2000)]
+    texts = [uuid4_text() for _ in range(2000)]
     for text in texts:
         parsed = uuid_module.UUID(text)
         assert str(parsed) == text  # canonical: lower-case hex, 8-4-4-4-12

@@ -27,6 +27,7 @@ from .conftest import (
     stored,
     turn_ends,
     types,
+    user_texts,
 )
 
 PARENT = AgentOptions(id="main", provider="p", model="m")
@@ -320,3 +321,24 @@ async def test_a_fork_made_for_a_parent_is_its_child(autojump_clock):
         child = await rt.agents.fork("src", options=AgentOptions(id="f"), parent_agent=source.agent)
         assert child.agent.session.header["parent_session_id"] == "src"
         assert source.agent.children == (child.agent,)
+
+
+async def test_a_fork_runs_the_messages_queued_in_the_inbox_it_inherits(autojump_clock):
+    async with parent_child_runtime(
+        parent=[Reply.hang("working on a"), Reply.text("b answered")]
+    ) as rt:
+        source = await rt.agents.create(session_id="src", options=PARENT)
+        source.agent.followup("a")
+        await trio.sleep(1)  # turn 1 hangs on its model
+        source.agent.followup("b")  # queued behind it, unclaimed
+        await source.agent.flush()
+        fork = await rt.agents.fork("src", options=AgentOptions(id="fork"))
+        await fork.agent.wait_idle()
+        events = fork.agent.session.events
+        assert turn_ends(events) == [{"kind": "interrupted"}, {"kind": "completed"}]
+        assert user_texts(fork.agent.session.derive_messages()) == ["a", "b"]
+        assert fork.agent.session.derive_messages()[-1]["content"][0]["text"] == "b answered"
+        assert len(fork.agent.inbox.next_turn) == 0
+        assert_well_formed(events)
+        assert turn_ends(source.agent.session.events) == []  # the source is untouched
+        source.agent.cancel()

@@ -221,3 +221,33 @@ def test_from_config_builds_the_script():
     assert model.system_prompt_update == "in-history"
     head = ScriptedModel.from_config(ScriptedProviderConfig(system_prompt_update="head"))
     assert head.system_prompt_update is None
+
+
+async def test_plans_live_with_their_replies_and_the_model_keeps_none():
+    # A reply's plan is kept on the reply: a reused reply is planned once, and a reply function
+    # that builds a new reply per request (distinct text each time) leaves nothing behind.
+    import weakref
+
+    reused = Reply.text("the same words")
+    model = ScriptedModel([reused, reused])
+    await chunks(model)
+    plan = reused._plan
+    assert plan is not None
+    await chunks(model)
+    assert reused._plan is plan
+
+    made: list[weakref.ref[Reply]] = []
+
+    def fresh(req: ModelRequest) -> Reply:
+        reply = Reply.text(f"answer number {len(made)} of many")
+        made.append(weakref.ref(reply))
+        return reply
+
+    model = ScriptedModel([fresh], loop=True, record=False)
+    for _ in range(2_000):
+        out = await chunks(model)
+        assert isinstance(out[-1], Finish)
+    gc.collect()
+    assert len(made) == 2_000
+    assert [ref for ref in made if ref() is not None] == []
+    assert model.requests == []

@@ -1,4 +1,4 @@
-"""The built-in ``delegate`` tool: hand a task to a sub-agent and return its answer (issue 14 §4).
+"""The built-in ``delegate`` tool: hand a task to a sub-agent and return its answer.
 
 ``delegate_tool(rt, options)`` makes a tool the model calls with ``{task, child?}``. The agent
 running the call (named by the call's ``ToolContext``) is the parent: its sub-agent
@@ -8,7 +8,9 @@ child keeps the conversation of the tasks it was given before. The task runs as 
 of the child (``await child.run(task)``) and the tool's result is the child's answer text. A
 child turn that ends badly is a ``TOOL_ERROR`` result naming the child's error code
 (``TURN_FAILED``'s own code such as ``HTTP_5XX``, ``TURN_ABORTED``, ``AGENT_CLOSED``, ...),
-which the parent's model reads like any tool failure.
+which the parent's model reads like any tool failure. A child the runtime's bounds refuse
+(``Limits.max_delegation_depth``, ``Limits.max_subagents``; ``agent/subagents.py``) is a
+``LIMIT_EXCEEDED`` result saying which bound was reached: the model can answer without it.
 
 Cancellation needs nothing here: cancelling the parent's turn aborts the child's turn with cause
 ``parent`` (``agent/subagents.py``), ``run()`` waits until the child's ``turn/end`` is stored,
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import attrs
 
 from .._frozen import FrozenDict
-from ..errors import AgentLoopError, InvalidOptionError, TurnError
+from ..errors import AgentLoopError, InvalidOptionError, LimitExceededError, TurnError
 from ..tools.base import Tool, ToolContext, ToolResult
 from .options import AgentOptions
 
@@ -136,6 +138,12 @@ async def _delegate(
     try:
         child = await _child(agents, parent, attrs.evolve(template, id=child_id), setup)
         result = await child.run(task)
+    except LimitExceededError as exc:
+        return ToolResult(
+            f"Error: sub-agent {child_id!r} was not created: {exc}",
+            error=exc.code,
+            meta={"child_id": child_id, "code": exc.code},
+        )
     except TurnError as exc:
         return _failure(child_id, exc.code, str(exc))
     except AgentLoopError as exc:  # create refused, or the child was disposed meanwhile

@@ -11,9 +11,11 @@ session), so the same id can be retried.
 Resume opens the session for write, replays its log, appends the crash-repair closers, and
 continues on the same path; options it is not given are the ones the log remembers
 (``agent/remember.py``). A fork starts a new session from a prefix of another's log
-(``agent/subagents.py``). Teardown is ``AgentHandle``'s (``agent/handle.py``); an agent
-created with a parent is listed in the parent's ``children`` from publication until its
-teardown detaches it, and a parent disposes its children before itself.
+(``agent/subagents.py``). A resumed or forked agent whose inbox holds queued messages (or
+decided approvals) starts on them at once. Teardown is ``AgentHandle``'s (``agent/handle.py``);
+an agent created with a parent holds a place of the runtime's sub-agent bounds from its
+creation's first step and is listed in the parent's ``children`` from publication, both until
+its teardown detaches it (or the creation fails); a parent disposes its children before itself.
 
 Lifecycle notifications (``agent/created``, ``agent/disposed``, ...) go to ``on`` observers that
 cannot break what they observe: a raising observer is logged and ignored. The one exception is
@@ -23,11 +25,8 @@ cannot break what they observe: a raising observer is logged and ignored. The on
 from __future__ import annotations
 
 import builtins
-import os
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, final
 
 import trio
@@ -53,11 +52,19 @@ from ..session.repair import repair_events
 from ..session.store import FORMAT_VERSION, SessionStore, WriteHandle
 from ..session.writer import CommitTimer, SessionWriter
 from . import approvals
+from ._stamps import Stamps, uuid4_text
 from .driver import Agent, AgentScope, Services
 from .handle import AgentHandle, QuietTeardown
 from .options import AgentOptions
 from .remember import HEADER_OPTIONS, header_options, remembered_options
-from .subagents import FORKED_FROM, PARENT_SESSION_ID, fork_closers, fork_prefix, fork_record
+from .subagents import (
+    FORKED_FROM,
+    PARENT_SESSION_ID,
+    SubagentCount,
+    fork_closers,
+    fork_prefix,
+    fork_record,
+)
 
 if TYPE_CHECKING:
     from ..hooks import HookBus
@@ -74,40 +81,6 @@ _AGENT_TASK = f"{__name__}.Agents._run_agent"
 # ``session/end-seed`` payloads, the same objects for every session (frozen: nothing can change)
 _SEED_DATA = FrozenDict()
 _INHERITED_SEED_DATA = FrozenDict(inherited=True)
-
-
-def _uuid4_text() -> str:
-    """``str(uuid.uuid4())`` from the same 16 random bytes, without building a ``UUID``.
-
-    The version nibble is ``4`` and the variant nibble one of ``8 9 a b`` (RFC 9562), as
-    ``uuid4`` sets them; the other 122 bits are ``os.urandom``'s.
-    """
-    h = os.urandom(16).hex()
-    variant = "89ab"[int(h[16], 16) & 3]
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{variant}{h[17:20]}-{h[20:]}"
-
-
-@final
-class _Stamps:
-    """``created_at`` texts (UTC, milliseconds), made once per millisecond.
-
-    Formatting a ``datetime`` costs more than the rest of a header; agents created in a burst
-    share the text of their millisecond.
-    """
-
-    __slots__ = ("_ms", "_text")
-
-    def __init__(self) -> None:
-        self._ms = -1
-        self._text = ""
-
-    def now(self) -> str:
-        """``datetime.now(UTC).isoformat(timespec="milliseconds")``."""
-        ms = int(time.time() * 1000)
-        if ms != self._ms:
-            self._ms = ms
-            self._text = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
-        return self._text
 
 
 @final
@@ -152,7 +125,8 @@ class Agents:
                 "reserved": set(),
                 "running": set(),
                 "records": {},
-                "stamps": _Stamps(),
+                "stamps": Stamps(),
+                "subagents": SubagentCount(),
             }
         )
 
@@ -167,6 +141,10 @@ class Agents:
     @property
     def _sessions(self) -> dict[str, AgentHandle]:
         return self._shared["sessions"]  # type: ignore[no-any-return]
+
+    @property
+    def _subagents(self) -> SubagentCount:
+        return self._shared["subagents"]  # type: ignore[no-any-return]
 
     def with_initiator(self, agent: Agent) -> Agents:
         """A view whose ``create``/``resume`` make sub-agents of ``agent`` by default."""
@@ -257,7 +235,7 @@ class Agents:
         forked_from: FrozenDict | None = None,
     ) -> FrozenDict:
         """One frozen header, shared by the store's record and the session."""
-        sid = session_id or f"{options.id}-session-{_uuid4_text()}"
+        sid = session_id or f"{options.id}-session-{uuid4_text()}"
         header: dict[str, Any] = {
             "session_id": sid,
             "agent_id": options.id,
@@ -442,9 +420,9 @@ class Agents:
         source: str,
     ) -> AgentHandle:
         entered: AgentHandle | None = None
+        claimed = False
         try:
-            if parent is not None and parent.closed:
-                raise AgentClosedError(f"agent {parent.id!r} is disposed; it takes no sub-agents")
+            claimed = self._admit(parent)
             session, durable_seq = build()
             agent = Agent(options=options, session=session, services=self._services, parent=parent)
             _check_tools(agent)
@@ -464,6 +442,7 @@ class Agents:
             agent.writer = writer
             entered = AgentHandle(self, agent, writer)
             self._live[agent.id] = entered
+            claimed = False  # the registry's entry holds the place now (``_detach`` gives it back)
             self._sessions[session.id] = entered
             if parent is not None:
                 parent.children = (*parent.children, agent)
@@ -472,18 +451,34 @@ class Agents:
             with trio.CancelScope(shield=True):
                 if entered is not None:
                     self._detach(entered)
+                if claimed:
+                    self._subagents.release()
                 await handle.abort()
             raise
         self._emit(
             AGENT_SESSION_START, {"agent_id": agent.id, "session_id": session.id, "source": source}
         )
-        if source == "resume" and (agent.inbox.next_turn or approvals.ready(agent)):
-            agent._wake()  # queued work survives a crash and goes on: the driver starts at once
+        if source != "create" and (agent.inbox.next_turn or approvals.ready(agent)):
+            agent._wake()  # queued work (resumed, or inherited by a fork) goes on at once
         # start_soon, not start: the agent is driven by level-triggered flags, so nothing has to
         # wait for its task to be running, and a started-handshake would keep a temporary
         # nursery's cancel status alive per agent (thousands of agents live in one process).
         self._nursery.start_soon(self._run_agent, entered, name=_AGENT_TASK)
         return entered
+
+    def _admit(self, parent: Agent | None) -> bool:
+        """Hold a place for a sub-agent of ``parent`` (False: no parent, no place taken).
+
+        Raises:
+            AgentClosedError: ``parent`` is disposed. LimitExceededError: a sub-agent bound of
+            ``Limits`` is reached (``agent/subagents.py``).
+        """
+        if parent is None:
+            return False
+        if parent.closed:
+            raise AgentClosedError(f"agent {parent.id!r} is disposed; it takes no sub-agents")
+        self._subagents.claim(parent, self._services.limits)
+        return True
 
     async def _run_agent(self, handle: AgentHandle) -> None:
         """The agent's task: it runs the session writer until the agent is disposed.
@@ -538,6 +533,8 @@ class Agents:
         agent = handle.agent
         if self._live.get(agent.id) is handle:
             del self._live[agent.id]
+            if agent.parent is not None:
+                self._subagents.release()
         if self._sessions.get(agent.session_id) is handle:
             del self._sessions[agent.session_id]
         parent = agent.parent

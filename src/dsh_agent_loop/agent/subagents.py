@@ -18,24 +18,34 @@ Forks (``Agents.fork``): the new session inherits the source's events with ``seq
 cut inside an open turn is closed after the seed exactly as crash repair closes a turn
 (``session/repair.py``: results for the unanswered calls, ``step/end``, ``turn/end
 {interrupted}``), so every fork is a well-formed log that a resume replays as it is.
+
+Bounds (``Limits``, ``docs/subagents.md``): a model that delegates to itself, or asks for many
+children at once, must not create agents without end. A sub-agent's depth is the number of
+parents above it (a top-level agent's child is at depth 1) and may not pass
+``max_delegation_depth``; live sub-agents of a runtime may not pass ``max_subagents``.
+``SubagentCount`` counts a sub-agent from its creation's first step, before anything awaits,
+so creations in flight count too: parallel ones cannot all pass a check that none of them has
+entered yet. Past either bound the creation raises ``LimitExceededError``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, final
 
 from .._frozen import FrozenDict
-from ..errors import InvalidOptionError
+from ..errors import InvalidOptionError, LimitExceededError
 from ..session.repair import repair_events
 
 if TYPE_CHECKING:
     from ..events import Event
+    from ..limits import Limits
     from .driver import Agent
 
 __all__ = [
     "FORKED_FROM",
     "PARENT_SESSION_ID",
+    "SubagentCount",
     "abort_cause",
     "cancel_children",
     "fork_closers",
@@ -48,6 +58,45 @@ __all__ = [
 FORKED_FROM: Final = "forked_from"
 #: The header key naming the session of the agent that created this one.
 PARENT_SESSION_ID: Final = "parent_session_id"
+
+
+@final
+class SubagentCount:
+    """Sub-agents of one runtime that are live or being created, bounded by ``Limits``."""
+
+    __slots__ = ("held",)
+
+    def __init__(self) -> None:
+        self.held = 0
+        """Places taken: one per sub-agent from ``claim`` until its ``release``."""
+
+    def claim(self, parent: Agent, limits: Limits) -> None:
+        """Take a place for a new sub-agent of ``parent`` (synchronous: nothing can interleave).
+
+        Raises:
+            LimitExceededError: the child would be deeper than ``limits.max_delegation_depth``,
+                or ``limits.max_subagents`` sub-agents are live or being created.
+        """
+        depth = 1  # the child's: one more than its parent's
+        ancestor = parent.parent
+        while ancestor is not None:
+            depth += 1
+            ancestor = ancestor.parent
+        if depth > limits.max_delegation_depth:
+            raise LimitExceededError(
+                f"delegation depth limit {limits.max_delegation_depth} reached: agent"
+                f" {parent.id!r} is at depth {depth - 1} and may create no sub-agent"
+            )
+        if self.held >= limits.max_subagents:
+            raise LimitExceededError(
+                f"live sub-agents limit {limits.max_subagents} reached: no sub-agent can be"
+                " created until one is disposed"
+            )
+        self.held += 1
+
+    def release(self) -> None:
+        """Give back the place of a sub-agent that left the registry or was never entered."""
+        self.held -= 1
 
 
 def cancel_children(parent: Agent) -> None:
