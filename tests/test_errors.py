@@ -13,11 +13,13 @@ from dsh_agent_loop.errors import (
     AgentLoopError,
     ConfigError,
     InvalidOptionError,
+    LimitExceededError,
     SequenceConflictError,
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
     SessionNotFoundError,
     SessionOwnershipLostError,
+    StoreCorruptError,
     StoreError,
     SubscriberOverflowError,
     TurnAbortedError,
@@ -30,6 +32,7 @@ CODES = {
     AgentLoopError: "AGENT_LOOP_ERROR",
     ConfigError: "CONFIG_INVALID",
     InvalidOptionError: "INVALID_OPTION",
+    LimitExceededError: "LIMIT_EXCEEDED",
     AgentAlreadyExistsError: "AGENT_ALREADY_EXISTS",
     AgentClosedError: "AGENT_CLOSED",
     StoreError: "STORE_FAILED",
@@ -38,6 +41,7 @@ CODES = {
     SessionAlreadyOwnedError: "SESSION_ALREADY_OWNED",
     SessionOwnershipLostError: "OWNERSHIP_LOST",
     SequenceConflictError: "SEQUENCE_CONFLICT",
+    StoreCorruptError: "STORE_CORRUPT",
     SubscriberOverflowError: "SUBSCRIBER_OVERFLOW",
     TurnError: "TURN_ERROR",
     TurnFailedError: "TURN_FAILED",
@@ -51,6 +55,7 @@ STORE_ERRORS = (
     SessionAlreadyOwnedError,
     SessionOwnershipLostError,
     SequenceConflictError,
+    StoreCorruptError,
 )
 
 
