@@ -32,25 +32,34 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 import trio
 
+from ._compose import (
+    Policies,
+    adapters_from_arguments,
+    builtin_tool,
+    options_from_entry,
+    protected_paths,
+    providers_from_config,
+    store_from_config,
+    tools_from_config,
+)
 from ._gc import GcFreezer
 from .agent.delegate import delegate_tool
-from .agent.driver import Agent, AgentScope, Services
+from .agent.driver import Services
 from .agent.lifecycle import Agents, Setup
 from .agent.options import AgentOptions, CompactionPolicy
-from .config import AgentEntry, RuntimeConfig, Settings, load_config
-from .config.compaction import CompactionConfig
-from .config.tools import agent_tools, runtime_tools
+from .config import RuntimeConfig, Settings, load_config
 from .errors import AgentLoopError
 from .events import CONFIG_START_FAILED, make_event
 from .hooks import HookBus, call_observer
-from .limits import DEFAULT_LIMITS, Limits
+from .limits import Limits
 from .llm.base import ModelAdapter
 from .llm.providers import AnthropicProvider, OpenAIProvider
 from .llm.router import ModelRouter
 from .mcp import McpServer, McpServers, open_mcp_servers
+from .permissions import Permissions
+from .sandbox import Sandbox
 from .session.store import SessionStore
 from .session.writer import CommitTimer
-from .stores.memory import MemoryStore
 from .tools.base import Tool, register
 
 if TYPE_CHECKING:
@@ -125,9 +134,10 @@ class Runtime:
         clock: Callable[[], float],
         rng: random.Random,
         config: RuntimeConfig,
-        compaction: CompactionPolicy | None = None,
-        limits: Limits = DEFAULT_LIMITS,
+        policies: Policies | None = None,
     ) -> None:
+        policies = policies or Policies()
+        compaction = policies.compaction
         if compaction is not None:
             compaction.validate()
         self.store = store
@@ -137,7 +147,7 @@ class Runtime:
         self.config = config
         self.clock = clock
         self.random = rng
-        self.limits = limits
+        self.limits = policies.limits
         """Bounds on what models and tool servers send (``docs/limits.md``)."""
         self.tools: dict[str, Tool] = dict(tools)
         """Runtime tools by name (visible to every agent unless its options name a subset)."""
@@ -149,14 +159,17 @@ class Runtime:
             router=router,
             hooks=self.hooks,
             tools=lambda: self.tools,
-            builtin=_builtin_tool,
+            builtin=builtin_tool,
             max_parallel_tool_calls=lambda: settings.max_parallel_tool_calls,
             persona=lambda: settings.persona,
             turn_budget=lambda: settings.turn_budget,
             clock=clock,
             rng=rng,
             compaction=compaction,
-            limits=limits,
+            limits=policies.limits,
+            permissions=policies.permissions,
+            sandbox=policies.sandbox,
+            protected=protected_paths(config, store),
         )
         self.commit_timer = CommitTimer()
         """Commits what sessions left pending without a flush barrier (group commit)."""
@@ -170,7 +183,7 @@ class Runtime:
         self.subagents: dict[str, tuple[AgentOptions, Setup | None]] = {}
         """Declared sub-agents (config ``subagents``) by id: ``delegate_tool(rt, id)`` names one."""
         for sub in config.plugin.subagents:
-            self.subagents[sub.id] = _options_from_entry(sub.agent_entry())
+            self.subagents[sub.id] = options_from_entry(sub.agent_entry())
             tool = delegate_tool(self, sub.id, name=sub.tool, description=sub.description)
             self.tools.setdefault(tool.name, tool)  # a tool given to open_runtime wins
 
@@ -209,7 +222,7 @@ class Runtime:
             await self._start_mcp_servers(mcp)
         for entry in self.config.agents:
             try:
-                options, setup = _options_from_entry(entry)
+                options, setup = options_from_entry(entry)
                 if entry.resume_session_id is not None:
                     await self.agents.resume(entry.resume_session_id, options=options, setup=setup)
                 elif entry.session_id is not None:
@@ -243,7 +256,7 @@ class Runtime:
         def taken(name: str) -> str | None:
             if name in self.tools:
                 return f"the runtime tool {name!r}"
-            if _builtin_tool(name) is not None:
+            if builtin_tool(name) is not None:
                 return f"the built-in tool {name!r}"
             return None
 
@@ -271,78 +284,6 @@ def _frozen(data: dict[str, Any]) -> Any:
     return FrozenDict(data)
 
 
-def _builtin_tool(name: str) -> Tool | None:
-    try:
-        from .tools.builtin import BUILTIN_TOOLS
-    except ImportError:  # pragma: no cover - the module ships with the package
-        return None
-    return BUILTIN_TOOLS.get(name)
-
-
-def _options_from_entry(entry: AgentEntry) -> tuple[AgentOptions, Setup | None]:
-    """A declared agent's options, and the setup that adds its referenced tools (scoped)."""
-    persona = entry.persona
-    if persona is None and entry.persona_file is not None:
-        with open(entry.persona_file, encoding="utf-8") as f:
-            persona = f.read()
-    listed = agent_tools(entry)
-    names: tuple[str, ...] | None = None if entry.tools is None else listed.names
-
-    async def add_tools(scope: AgentScope, agent: Agent) -> None:
-        for tool in listed.tools:
-            scope.add_tool(tool)
-
-    options = AgentOptions(
-        id=entry.id,
-        provider=entry.provider,
-        model=entry.model,
-        reasoning_effort=entry.reasoning_effort,
-        max_tokens=entry.max_tokens,
-        cwd=entry.cwd,
-        persona=persona,
-        tools=names,  # type: ignore[arg-type]  # attrs plugin: optional(tuple) stays generic
-        turn_budget=entry.turn_budget,
-        require_approval=entry.require_approval,
-        compaction=_policy(entry.compaction),
-    )
-    return options, add_tools if listed.tools else None
-
-
-def _policy(entry: CompactionConfig | None) -> CompactionPolicy | None:
-    return None if entry is None else entry.policy()
-
-
-def _providers_from_config(config: RuntimeConfig) -> dict[str, ModelAdapter]:
-    """The adapters of the config's providers, built from their validated records."""
-    from .llm.providers import adapter_from_config
-
-    return {name: adapter_from_config(name, entry) for name, entry in config.providers.items()}
-
-
-def _tools_from_config(config: RuntimeConfig, explicit: Mapping[str, Tool]) -> dict[str, Tool]:
-    """The runtime tools: the config's (``tools`` of the plugin block), then ``tools=``."""
-    listed = runtime_tools(config.plugin, known=explicit)
-    return {**{t.name: t for t in listed}, **explicit}
-
-
-def _adapters_from_arguments(
-    providers: Mapping[str, ModelAdapter | OpenAIProvider | AnthropicProvider],
-) -> dict[str, ModelAdapter]:
-    """``open_runtime(providers=...)``: adapters as given, provider objects built."""
-    return {
-        name: p.adapter(name) if isinstance(p, OpenAIProvider | AnthropicProvider) else p
-        for name, p in providers.items()
-    }
-
-
-def _store_from_config(config: RuntimeConfig) -> SessionStore:
-    if config.store is None:
-        return MemoryStore()
-    from .stores.url import store_from_url
-
-    return store_from_url(config.store)
-
-
 @asynccontextmanager
 async def open_runtime(
     config: RuntimeConfig | str | Mapping[str, Any] | None = None,
@@ -360,6 +301,8 @@ async def open_runtime(
     compaction: CompactionPolicy | None = None,
     gc_freeze: bool = False,
     limits: Limits | None = None,
+    permissions: Permissions | None = None,
+    sandbox: Sandbox | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime; every agent it starts lives and dies inside this block.
 
@@ -378,32 +321,22 @@ async def open_runtime(
         gc_freeze: ``rt.gc_freeze()`` once the declared agents started (``docs/scale.md``).
         compaction: Agents' compaction policy unless theirs is set (``docs/context.md``).
         limits: Bounds on what models and tools send (wins over the config's; docs/limits.md).
+        permissions: Agents' permission policy unless theirs is set (``docs/security.md``).
+        sandbox: Agents' ``run_command`` sandbox unless theirs is set (``docs/security.md``).
 
     Raises:
         ConfigError: invalid configuration (before any store is opened).
     """
-    cfg, live_settings, the_store, router, runtime_tools = _parts(
-        config, store, providers, tools, settings, max_parallel_tool_calls
-    )
-    the_limits = limits or cfg.plugin.limits or DEFAULT_LIMITS
+    parts = _parts(config, store, providers, tools, settings, max_parallel_tool_calls)
+    cfg, the_store, router = parts.config, parts.store, parts.router
+    policies = Policies.of(cfg, compaction, limits, permissions, sandbox)
     body_error: BaseException | None = None
     timer_scope = trio.CancelScope(shield=True)
     try:
-        async with trio.open_nursery() as root, _open_mcp(cfg, mcp_servers, the_limits) as mcp:
+        async with trio.open_nursery() as root, _open_mcp(cfg, mcp_servers, policies.limits) as mcp:
             try:
                 async with trio.open_nursery() as agents:
-                    rt = Runtime(
-                        nursery=agents,
-                        store=the_store,
-                        router=router,
-                        tools=runtime_tools,
-                        settings=live_settings,
-                        clock=clock or time.time,
-                        rng=random.Random(seed),
-                        config=cfg,
-                        compaction=compaction or _policy(cfg.plugin.compaction),
-                        limits=the_limits,
-                    )
+                    rt = parts.runtime(agents, clock or time.time, random.Random(seed), policies)
                     _trace(rt, tracer_provider, otel_capture_content)
                     root.start_soon(_run_timer, rt.commit_timer, timer_scope)
                     try:
@@ -426,6 +359,38 @@ async def open_runtime(
         raise leaving  # outside the handler: the body's exception keeps its own context
 
 
+@final
+@attrs.frozen
+class _Parts:
+    """What ``open_runtime`` builds before it opens anything."""
+
+    config: RuntimeConfig
+    settings: Settings
+    store: SessionStore
+    router: ModelRouter
+    tools: dict[str, Tool]
+
+    def runtime(
+        self,
+        nursery: trio.Nursery,
+        clock: Callable[[], float],
+        rng: random.Random,
+        policies: Policies,
+    ) -> Runtime:
+        """The runtime, its agents in ``nursery``."""
+        return Runtime(
+            nursery=nursery,
+            store=self.store,
+            router=self.router,
+            tools=self.tools,
+            settings=self.settings,
+            clock=clock,
+            rng=rng,
+            config=self.config,
+            policies=policies,
+        )
+
+
 def _parts(
     config: RuntimeConfig | str | Mapping[str, Any] | None,
     store: SessionStore | None,
@@ -433,7 +398,7 @@ def _parts(
     tools: Iterable[Tool],
     settings: Mapping[str, Any] | None,
     max_parallel_tool_calls: int | None,
-) -> tuple[RuntimeConfig, Settings, SessionStore, ModelRouter, dict[str, Tool]]:
+) -> _Parts:
     """What ``open_runtime`` builds before it opens anything: config, settings, store, router.
 
     Raises:
@@ -445,14 +410,14 @@ def _parts(
     live_settings = Settings(
         cfg.plugin, user=settings, max_parallel_tool_calls=max_parallel_tool_calls
     )
-    the_store = store if store is not None else _store_from_config(cfg)
-    adapters = {**_providers_from_config(cfg), **_adapters_from_arguments(explicit)}
-    return (
+    the_store = store if store is not None else store_from_config(cfg)
+    adapters = {**providers_from_config(cfg), **adapters_from_arguments(explicit)}
+    return _Parts(
         cfg,
         live_settings,
         the_store,
         ModelRouter(adapters),
-        _tools_from_config(cfg, explicit_tools),
+        tools_from_config(cfg, explicit_tools),
     )
 
 

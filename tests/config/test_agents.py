@@ -125,7 +125,7 @@ REJECTIONS: list[tuple[str, dict[str, Any], str]] = [
         f"{P0}.agents[0].maxToken: unknown key (did you mean 'maxTokens'? allowed: id, "
         "provider, model, "
         "reasoningEffort, maxTokens, cwd, sessionId, resumeSessionId, persona, personaFile, "
-        "tools, turnBudget, requireApproval, compaction)",
+        "tools, turnBudget, requireApproval, compaction, permissions, sandbox)",
     ),
     (
         "unknown turn budget key",

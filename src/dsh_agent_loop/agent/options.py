@@ -8,6 +8,8 @@ from typing import Any, final
 import attrs
 
 from ..errors import InvalidOptionError
+from ..permissions import Permissions
+from ..sandbox import Sandbox
 
 __all__ = ["AgentOptions", "CompactionPolicy", "TurnBudget"]
 
@@ -107,6 +109,12 @@ class AgentOptions:
     """Names of tools whose every call waits for a person's decision (``agent.approve``)."""
     compaction: CompactionPolicy | None = None
     """This agent's compaction policy (None: the runtime's, if any)."""
+    permissions: Permissions | None = None
+    """This agent's permission policy (None: the runtime's, or its parent's for a sub-agent;
+    ``docs/security.md``)."""
+    sandbox: Sandbox | None = None
+    """How ``run_command`` confines this agent's commands (None: the runtime's, or its
+    parent's for a sub-agent; ``docs/security.md``)."""
 
     def validate(self) -> None:
         """Check option values.

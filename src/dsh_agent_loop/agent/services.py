@@ -10,6 +10,8 @@ import attrs
 
 from ..hooks import HookBus, HookChain, HookScope
 from ..limits import DEFAULT_LIMITS, Limits
+from ..permissions import Permissions
+from ..sandbox import DEFAULT_SANDBOX, Sandbox
 from ..session.records import RecordCache
 from ..tools.base import register
 from .options import CompactionPolicy, TurnBudget
@@ -51,6 +53,13 @@ class Services:
     """Default prompt assemblies shared by alike agents (``AssemblyCache``; bounded)."""
     limits: Limits = DEFAULT_LIMITS
     """Bounds on what models and tool servers send (``docs/limits.md``)."""
+    permissions: Permissions | None = None
+    """The runtime's permission policy (None: none configured; ``docs/security.md``)."""
+    sandbox: Sandbox = DEFAULT_SANDBOX
+    """The runtime's sandbox for ``run_command`` (``docs/security.md``)."""
+    protected: tuple[str, ...] = ()
+    """Absolute paths no tool may write: the loaded config file, the CLI's settings
+    directory, the store's files."""
 
 
 @final

@@ -35,9 +35,11 @@ from ._rules import Fault, Invalid, KeyPath, ProviderKind, Rule, kind_name
 from .agents import (
     LIMITS_RULES,
     PLUGIN_NAME,
+    SANDBOX_RULES,
     TURN_BUDGET_RULES,
     Limits,
     LoopConfig,
+    Sandbox,
     TurnBudget,
     agent_faults,
     resolve_path,
@@ -55,6 +57,7 @@ __all__ = ["MAX_CONFIG_DEPTH", "check_nesting", "converter", "from_raw", "struct
 _FIELD_RULES: Final[Mapping[type, Mapping[str, Any]]] = {
     TurnBudget: TURN_BUDGET_RULES,
     Limits: LIMITS_RULES,
+    Sandbox: SANDBOX_RULES,
 }
 
 MAX_CONFIG_DEPTH: Final = 64
@@ -282,6 +285,21 @@ def _otel_hook(cl: type, conv: cattrs.Converter) -> Callable[[Any, Any], OtelCon
     return hook
 
 
+def _sandbox_hook(cl: type, conv: cattrs.Converter) -> Callable[[Any, Any], Sandbox]:
+    """``sandbox: read-only`` is short for ``{mode: read-only}``."""
+    generated = _attrs_structure_hook(cl, conv)
+
+    def hook(value: Any, _: Any) -> Sandbox:
+        if isinstance(value, str):
+            value = {"mode": value}
+        if not isinstance(value, Mapping):
+            raise Invalid(f"expected a mode or a mapping, got {kind_name(value)}")
+        record: Sandbox = generated(value, cl)
+        return record
+
+    return hook
+
+
 def _runtime_config_unstructure_hook(
     cl: type, conv: cattrs.Converter
 ) -> Callable[[RuntimeConfig], dict[str, Any]]:
@@ -334,6 +352,7 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook_func(lambda t: t == ProviderConfig, _provider_hook(conv))
     conv.register_structure_hook_factory(lambda t: t is PluginEntry, _plugin_entry_hook)
     conv.register_structure_hook_factory(lambda t: t is OtelConfig, _otel_hook)
+    conv.register_structure_hook_factory(lambda t: t is Sandbox, _sandbox_hook)
     conv.register_unstructure_hook_factory(
         lambda t: t is RuntimeConfig, _runtime_config_unstructure_hook
     )

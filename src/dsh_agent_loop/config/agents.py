@@ -15,6 +15,8 @@ import attrs
 
 from ..agent.options import TurnBudget
 from ..limits import Limits
+from ..permissions import Permissions
+from ..sandbox import Sandbox
 from ._rules import Fault, KeyPath, NonEmptyStr, PositiveInt, PositiveNumber, to_tuple
 from .compaction import CompactionConfig
 from .tracing import OtelConfig
@@ -22,10 +24,13 @@ from .tracing import OtelConfig
 __all__ = [
     "LIMITS_RULES",
     "PLUGIN_NAME",
+    "SANDBOX_RULES",
     "TURN_BUDGET_RULES",
     "AgentEntry",
     "Limits",
     "LoopConfig",
+    "Permissions",
+    "Sandbox",
     "SettingsLayer",
     "SubagentEntry",
     "TurnBudget",
@@ -55,6 +60,9 @@ LIMITS_RULES: Final[Mapping[str, Any]] = {
     "mcp_max_tools": PositiveInt,
     "mcp_max_message_bytes": PositiveInt,
 }
+
+#: The single-value rules of ``Sandbox``'s fields when read from a config (``sandbox:``).
+SANDBOX_RULES: Final[Mapping[str, Any]] = {"max_timeout_s": PositiveNumber}
 
 
 @final
@@ -86,6 +94,10 @@ class AgentEntry:
     """Names of tools whose every call waits for a person's decision (``requireApproval``)."""
     compaction: CompactionConfig | None = None
     """This agent's compaction policy (``docs/context.md``)."""
+    permissions: Permissions | None = None
+    """This agent's permission policy, over the runtime's (``docs/security.md``)."""
+    sandbox: Sandbox | None = None
+    """This agent's sandbox for ``run_command``, over the runtime's (``docs/security.md``)."""
 
 
 @final
@@ -110,6 +122,10 @@ class SubagentEntry:
     require_approval: tuple[NonEmptyStr, ...] = attrs.field(default=(), converter=to_tuple)
     compaction: CompactionConfig | None = None
     """The children's compaction policy (``docs/context.md``)."""
+    permissions: Permissions | None = None
+    """The children's permission policy (None: their parent's)."""
+    sandbox: Sandbox | None = None
+    """The children's sandbox (None: their parent's)."""
     tool: NonEmptyStr = "delegate"
     """The tool name the model sees."""
     description: NonEmptyStr | None = None
@@ -143,6 +159,11 @@ class LoopConfig:
     """Every agent's compaction policy unless its entry sets one (``docs/context.md``)."""
     limits: Limits | None = None
     """Bounds on what models and tool servers send (``docs/limits.md``); None: the defaults."""
+    permissions: Permissions | None = None
+    """Every agent's permission policy unless its entry sets one (``docs/security.md``)."""
+    sandbox: Sandbox | None = None
+    """``run_command``'s sandbox: a mode (``workspace-write``, ``read-only``, ``off``) or
+    ``{mode, network, env, maxTimeoutS}`` (``docs/security.md``)."""
 
 
 @final

@@ -238,6 +238,11 @@ class JsonlStore:
         self._directory = os.fspath(directory)
         self._files = _Files(self._directory, close_timeout)
 
+    @property
+    def directory(self) -> str:
+        """The directory of the session files, as given."""
+        return self._directory
+
     async def __aenter__(self) -> JsonlStore:
         return self
 

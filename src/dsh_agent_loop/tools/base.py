@@ -27,6 +27,7 @@ import attrs
 import fastjsonschema
 
 from .._frozen import FrozenDict, freeze, json_default
+from ..sandbox import Workspace
 
 __all__ = [
     "ArgumentsError",
@@ -65,6 +66,10 @@ class ToolResult:
     """JSON-compatible data logged with the result (not shown to the model)."""
 
 
+#: The workspace of a tool called without one: the default sandbox, nothing protected.
+DEFAULT_WORKSPACE = Workspace()
+
+
 @final
 @attrs.frozen
 class ToolContext:
@@ -76,27 +81,36 @@ class ToolContext:
     cwd: str | None
     turn: int
     step: int
+    workspace: Workspace = DEFAULT_WORKSPACE
+    """The sandbox and the protected paths the agent's built-in tools keep to."""
 
 
 _new = object.__new__
 _ctx_setters = tuple(
     ToolContext.__dict__[name].__set__
-    for name in ("agent_id", "session_id", "call_id", "cwd", "turn", "step")
+    for name in ("agent_id", "session_id", "call_id", "cwd", "turn", "step", "workspace")
 )
 
 
 def make_context(
-    agent_id: str, session_id: str, call_id: str, cwd: str | None, turn: int, step: int
+    agent_id: str,
+    session_id: str,
+    call_id: str,
+    cwd: str | None,
+    turn: int,
+    step: int,
+    workspace: Workspace = DEFAULT_WORKSPACE,
 ) -> ToolContext:
     """Build a ``ToolContext`` through its slots (the per-call hot path; no validation)."""
     context = _new(ToolContext)
-    a, b, c, d, e, f = _ctx_setters
+    a, b, c, d, e, f, g = _ctx_setters
     a(context, agent_id)
     b(context, session_id)
     c(context, call_id)
     d(context, cwd)
     e(context, turn)
     f(context, step)
+    g(context, workspace)
     return context
 
 

@@ -109,6 +109,11 @@ class SqliteStore:
         self._claims = Claims(self._connections, self._whoami)
         self._me: sql.Owner | None = None
 
+    @property
+    def path(self) -> str:
+        """The database file's path, as given."""
+        return self._path
+
     async def __aenter__(self) -> SqliteStore:
         return self
 
