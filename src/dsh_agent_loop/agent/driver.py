@@ -38,6 +38,7 @@ from .._wakeup import Latch
 from ..errors import AgentClosedError, StoreError
 from ..events import AGENT_ERROR, AGENT_STATUS, SESSION_EVENT, SESSION_FLUSH, Event, make_event
 from ..hooks import HookChain
+from ..sandbox import Workspace
 from ..session.log import Session, SessionView
 from ..session.projections import NEXT_STEP, NEXT_TURN
 from . import approvals, calls, context, subagents
@@ -101,6 +102,7 @@ class Agent:
         "_uncounted",
         "_wake_pending",
         "_wakes",
+        "_workspace",
         "assembly",
         "calls",
         "children",
@@ -172,6 +174,7 @@ class Agent:
         """Structured-output registrations (``agent/output.py``); made on first use."""
         self.context: ContextTracker | None = None
         """Token accounting of the history (``agent/context.py``); made on first use."""
+        self._workspace: Workspace | None = None
         self._uncounted = session.state.counters()  # the log's counters before this instance
         self.on_driver_start: Callable[[Agent, trio.lowlevel.Task], None] | None = None
         """Testing hook: called with the driver task when the driver starts."""
@@ -196,6 +199,21 @@ class Agent:
         if self._status_value is None:
             self._status_value = AsyncValue(self._status)
         return self._status_value
+
+    @property
+    def workspace(self) -> Workspace:
+        """What this agent's built-in tools keep to: its sandbox and the protected paths.
+
+        The sandbox is the agent's own (``options.sandbox``), else its parent's, else the
+        runtime's; made on first use.
+        """
+        if self._workspace is None:
+            sandbox = self.options.sandbox
+            if sandbox is None:
+                parent = self.parent
+                sandbox = parent.workspace.sandbox if parent else self.services.sandbox
+            self._workspace = Workspace(sandbox=sandbox, protected=self.services.protected)
+        return self._workspace
 
     # -- inbox -------------------------------------------------------------------------------
     def send(

@@ -387,6 +387,7 @@ class ToolBatch:
             agent.options.cwd,
             self._turn,
             self._step,
+            agent.workspace,
         )
 
     async def _invoke(self, call: _Call) -> tuple[ToolResult | str, str | None]:
