@@ -167,6 +167,8 @@ def test_from_json_turns_every_bad_input_into_a_value_error(text):
 def test_type_vocabulary():
     assert SURFACE_TYPES <= DURABLE_TYPES
     assert {"turn/start", "tool/call", "tool/result", "agent/inbox/spliced"} <= DURABLE_TYPES
+    assert events.PERMISSIONS_ALLOWED == "permissions/allowed"
+    assert events.PERMISSIONS_ALLOWED in DURABLE_TYPES - SURFACE_TYPES
     notifications = {
         events.SESSION_CREATED,
         events.SESSION_EVENT,

@@ -262,6 +262,21 @@ def test_a_user_message_before_the_deferred_result_is_caught():
     assert kinds(b.events) == ["request"]
 
 
+def test_a_granted_permission_rule_is_accepted_between_turns():
+    b = _awaiting_log()
+    # a durable type: accepted whether or not it is marked ignorable
+    b.add("permissions/allowed", {"rule": "run_command(git status)", "call_id": "c1"})
+    b.add("tool/approval", {"call_id": "c1", "decision": "approve"})
+    assert invariants.check(b.events) == []
+
+
+@pytest.mark.parametrize("rule", ["run_command(", "", None, 5])
+def test_a_granted_rule_that_does_not_parse_is_caught(rule):
+    b = _awaiting_log()
+    b.add("permissions/allowed", {"rule": rule, "call_id": "c1"}, ignorable=True)
+    assert kinds(b.events) == ["permission"]
+
+
 def test_an_approval_of_no_pending_call_is_caught():
     b = _awaiting_log()
     b.add("tool/approval", {"call_id": "zz", "decision": "approve"})

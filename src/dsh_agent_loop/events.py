@@ -42,6 +42,7 @@ REQUEST_HEADER: Final = "request/header"
 REQUEST_CONTEXT: Final = "request/context"
 INBOX_SPLICED: Final = "agent/inbox/spliced"
 SESSION_END_SEED: Final = "session/end-seed"
+PERMISSIONS_ALLOWED: Final = "permissions/allowed"
 
 DURABLE_TYPES: Final = frozenset(
     {
@@ -61,6 +62,7 @@ DURABLE_TYPES: Final = frozenset(
         REQUEST_CONTEXT,
         INBOX_SPLICED,
         SESSION_END_SEED,
+        PERMISSIONS_ALLOWED,
     }
 )
 #: Types that may carry a ``surface_op`` (they are the model-facing surface).

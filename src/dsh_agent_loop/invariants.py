@@ -18,6 +18,8 @@ It reports, as ``Violation`` records (an empty list means well formed):
   ``tool/approval`` that decides no pending call (or decides one twice). A call deferred for
   approval may go without a result while its turn ended ``awaiting-approval`` and until the next
   turn (its continuation), which must give it one;
+- ``permission``: a ``permissions/allowed`` whose ``rule`` is not a rule that parses
+  (``_permission_rules.py``);
 - ``request``: at a request point (each ``assistant/message`` / ``assistant/attempt``) the derived
   history is not a valid provider request — an assistant tool call not answered by tool results
   before the next user or assistant message, or a tool message without a preceding call.
@@ -32,6 +34,7 @@ from typing import Final, final
 
 import attrs
 
+from ._permission_rules import rule_problem
 from .events import (
     DURABLE_TYPES,
     SURFACE_TYPES,
@@ -259,6 +262,11 @@ class _Checker:
         if call_id not in self.carried or call_id in self.decided:
             self.add("approval", event.seq, f"tool/approval {call_id!r} decides no pending call")
         self.decided.add(call_id)
+
+    def _permissions_allowed(self, event: Event) -> None:
+        problem = rule_problem(event.data.get("rule"))
+        if problem is not None:
+            self.add("permission", event.seq, problem)
 
     def _tool_result(self, event: Event) -> None:
         call_id = event.data["message"].get("call_id")

@@ -15,6 +15,13 @@ messages only, and whose first step settles the decided calls in model order (de
 it asks the model. ``cancel()`` denies every pending call ("cancelled", with its cause), and a
 continuation whose decisions came from a cancel ends ``aborted`` without asking the model.
 Disposal decides nothing: the calls stay pending for the next resume.
+
+"Always" (``approve(call_id, always=True)``) approves the call and first records, durably, an
+allow rule for calls like it (``permissions/allowed {rule, call_id}``): the exact command of a
+``run_command``, the exact path of a file tool, the tool itself for any other
+(``_permission_rules.exact_rule``). ``LoopState.granted`` rebuilds the rules from the log, so a
+resumed agent keeps them; ``agent/_permissions.py`` evaluates them after the policy's deny and
+ask rules. The event is marked ``ignorable``: an older reader skips it and simply asks again.
 """
 
 from __future__ import annotations
@@ -26,10 +33,20 @@ import attrs
 import trio
 
 from .._frozen import FrozenDict
+from .._permission_rules import absolute_cwd, exact_rule
 from ..errors import AgentClosedError
-from ..events import TOOL_APPROVAL, TOOL_CALL, TOOL_RESULT, TURN_END, TURN_START
+from ..events import (
+    PERMISSIONS_ALLOWED,
+    TOOL_APPROVAL,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    Event,
+    make_event,
+)
 from ..session.projections import AWAITING_APPROVAL
-from ..session.records import approval_data
+from ..session.records import approval_data, permission_allowed_data
 from .tool_calls import ToolBatch
 
 if TYPE_CHECKING:
@@ -40,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CANCELLED_MESSAGE",
     "ApprovalRequest",
+    "approve",
     "awaiting_reason",
     "cancel_pending",
     "decide",
@@ -100,15 +118,52 @@ def decide(
         AgentClosedError: the agent is disposed (its calls stay pending for the next resume).
         ValueError: ``call_id`` names no pending call.
     """
-    if agent.closed:
-        raise AgentClosedError(f"agent {agent.id!r} is disposed; resume it to decide its calls")
-    state = agent.log.state.approvals
-    if state is None or not any(e.data["call_id"] == call_id for e in state.pending()):
-        raise ValueError(f"no pending approval for tool call {call_id!r}")
+    _request(agent, call_id)
     if message is not None and not isinstance(message, str):
         raise TypeError("a denial message must be a string")
     agent.log.add(TOOL_APPROVAL, approval_data(call_id, approved, message, cause))
+    state = agent.log.state.approvals
+    assert state is not None
     return state.ready
+
+
+def _request(agent: Agent, call_id: str) -> Event:
+    """The ``tool/approval-requested`` of pending call ``call_id``.
+
+    Raises:
+        AgentClosedError: the agent is disposed. ValueError: no such pending call.
+    """
+    if agent.closed:
+        raise AgentClosedError(f"agent {agent.id!r} is disposed; resume it to decide its calls")
+    state = agent.log.state.approvals
+    found = (
+        None
+        if state is None
+        else next((e for e in state.pending() if e.data["call_id"] == call_id), None)
+    )
+    if found is None:
+        raise ValueError(f"no pending approval for tool call {call_id!r}")
+    return found
+
+
+def approve(agent: Agent, call_id: str, always: bool) -> tuple[bool, str | None]:
+    """Approve a pending call; with ``always``, first record an allow rule for calls like it.
+
+    Returns whether every pending call is decided now, and the rule recorded (None without
+    ``always``, or for a call no allow rule can match: a path outside the cwd). A rule granted
+    already is not recorded twice.
+
+    Raises:
+        AgentClosedError: the agent is disposed. ValueError: ``call_id`` names no pending call.
+    """
+    rule: str | None = None
+    if always:
+        data = _request(agent, call_id).data
+        rule = exact_rule(data["name"], data["arguments"], absolute_cwd(agent.options.cwd))
+        if rule is not None and rule not in agent.log.state.granted:
+            grant = permission_allowed_data(rule, call_id)
+            agent.log.append(make_event(PERMISSIONS_ALLOWED, None, 0.0, grant, ignorable=True))
+    return decide(agent, call_id, True), rule
 
 
 def cancel_pending(agent: Agent, cause: str) -> bool:
@@ -205,8 +260,6 @@ async def resolve(agent: Agent, decisions: Mapping[str, bool | str]) -> TurnResu
             (nothing is decided then), or calls would still be pending after these decisions.
         TurnError: the continuation ended ``error``, ``blocked`` or ``aborted``.
     """
-    from .results import build_result, turn_error
-
     waiting = {r.call_id for r in pending(agent)}
     for call_id, decision in decisions.items():
         if call_id not in waiting:
@@ -233,6 +286,13 @@ async def resolve(agent: Agent, decisions: Mapping[str, bool | str]) -> TurnResu
             if end.data["turn"] == number:
                 break
         nursery.cancel_scope.cancel()
+    return _continuation_result(agent, number)
+
+
+def _continuation_result(agent: Agent, number: int) -> TurnResult:
+    """The ``TurnResult`` of continuation ``number`` (raising its ``TurnError``)."""
+    from .results import build_result, turn_error
+
     events = _turn_events(agent, number)
     # The settled calls' tool/call events are in the turn that deferred them: the result lists
     # them as this turn's calls (build_result reads calls from tool/call events).

@@ -57,6 +57,7 @@ from .turn import Turn
 
 if TYPE_CHECKING:
     from ..session.writer import SessionWriter
+    from ._permissions import Gate
     from .results import TurnResult
 
 __all__ = ["Agent", "AgentScope", "AgentStatistics", "Services"]
@@ -116,6 +117,7 @@ class Agent:
         "options",
         "outputs",
         "parent",
+        "permission_gate",
         "scope",
         "series",
         "services",
@@ -172,6 +174,7 @@ class Agent:
         self._turns = 0
         self.outputs: OutputRegistry | None = None
         """Structured-output registrations (``agent/output.py``); made on first use."""
+        self.permission_gate: Gate | None = None  # agent/_permissions.py (on the first call)
         self.context: ContextTracker | None = None
         """Token accounting of the history (``agent/context.py``); made on first use."""
         self._workspace: Workspace | None = None
@@ -275,10 +278,12 @@ class Agent:
         """Tool calls waiting for ``approve`` or ``deny``, in model order."""
         return approvals.pending(self)
 
-    def approve(self, call_id: str) -> None:
-        """Approve a pending call (a durable ``tool/approval``)."""
-        if approvals.decide(self, call_id, True):
+    def approve(self, call_id: str, *, always: bool = False) -> str | None:
+        """Approve a pending call; ``always`` also allows calls like it (the rule recorded)."""
+        ready, rule = approvals.approve(self, call_id, always)
+        if ready:
             self._wake()  # every call is decided: the continuation turn runs
+        return rule
 
     def deny(self, call_id: str, message: str | None = None) -> None:
         """Deny a pending call: it gets a ``DENIED`` result carrying ``message``."""

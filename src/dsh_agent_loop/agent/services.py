@@ -19,6 +19,7 @@ from .options import CompactionPolicy, TurnBudget
 if TYPE_CHECKING:
     from ..llm.router import ModelRouter
     from ..tools.base import Tool
+    from ._permissions import CompiledPolicy
     from .prompt import PromptAssembly
 
 __all__ = ["NO_HOOKS", "AgentScope", "Services"]
@@ -60,6 +61,11 @@ class Services:
     protected: tuple[str, ...] = ()
     """Absolute paths no tool may write: the loaded config file, the CLI's settings
     directory, the store's files."""
+    permission_policies: dict[tuple[Permissions | None, tuple[str, ...]], CompiledPolicy] = (
+        attrs.Factory(dict)
+    )
+    """Compiled permission policies by (policy, granted rules) (``agent/_permissions.py``;
+    bounded)."""
 
 
 @final

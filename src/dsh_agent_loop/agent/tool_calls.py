@@ -16,7 +16,9 @@ order. On cancel or failure, ``close_remaining`` (synchronous) settles every cal
 ones without a result get ``ABORTED`` (or ``ABORTED_BEFORE_DISPATCH`` if their handler never
 started); calls never dispatched get a ``tool/call`` and ``ABORTED_BEFORE_DISPATCH``.
 
-A call whose tool ``requires_approval`` (or that the agent's options name) is deferred at its
+After ``tools/pre-execute``, the agent's permission policy judges the call
+(``agent/_permissions.py``: deny, then ask, then allow, then the mode). A denied call gets its
+``tool/call`` and a ``DENIED`` result naming the rule or mode. A call that asks is deferred at its
 place in admission order: its ``tool/call`` and a ``tool/approval-requested`` are appended, it
 gets no result in this turn, and the batch flushes them before it returns; the turn then ends
 ``awaiting-approval`` (``agent/approvals.py``). ``run_decided`` settles such calls in the
@@ -60,6 +62,7 @@ from ..tools.base import (
 )
 from ..tools.pipeline import ABORTED_BEFORE_DISPATCH_TEXT, ABORTED_TEXT, Deny
 from ..tools.results import bounded_text, checked_result, escape_surrogates
+from . import _permissions
 from ._tool_invoke import invoke, raised
 
 if TYPE_CHECKING:
@@ -118,7 +121,6 @@ class ToolBatch:
 
     __slots__ = (
         "_agent",
-        "_approval",
         "_calls",
         "_head",
         "_hooks",
@@ -160,7 +162,6 @@ class ToolBatch:
         """True when a committed result asked to end the turn."""
         self.deferred: tuple[str, ...] = ()
         """Call ids deferred for approval, in model order."""
-        self._approval = agent.options.require_approval
         self._max_bytes = agent.services.limits.max_tool_result_bytes
 
     def __len__(self) -> int:
@@ -241,7 +242,10 @@ class ToolBatch:
                 await other.done.wait()
 
     async def _policy(self, call: _Call) -> bool:
-        """Resolve, validate and ask ``tools/pre-execute``; False: the call was rejected."""
+        """Resolve, validate, ask ``tools/pre-execute``, then the permission policy.
+
+        False: the call was rejected or deferred (it is not dispatched now).
+        """
         name = call.block["name"]
         tool = self._tools.get(name)
         if tool is None:
@@ -280,24 +284,17 @@ class ToolBatch:
                     return False
         call.tool = tool
         call.arguments = arguments
-        # a deferred call waits for approval: like a rejected one, it is not dispatched now
-        return not (
-            (tool.requires_approval or self._approval) and self._defer(call, tool, arguments)
-        )
+        verdict = _permissions.gate(self._agent).check(tool, arguments)
+        if verdict is None:
+            return True
+        if verdict.denied:
+            self._reject(call, "DENIED", verdict.text)
+        else:  # a deferred call waits for approval: like a rejected one, it is not dispatched now
+            self._defer(call, arguments)
+        return False
 
-    def _defer(self, call: _Call, tool: Tool, arguments: dict[str, Any]) -> bool:
-        """Defer ``call`` if it needs approval; True when it was deferred.
-
-        A predicate that raises defers the call (a risky call is never run by accident).
-        """
-        rule = tool.requires_approval
-        if rule is not True and tool.name not in self._approval:
-            try:
-                needed = bool(rule(arguments)) if callable(rule) else bool(rule)
-            except Exception:  # fail closed: a risky call never runs by accident
-                needed = True
-            if not needed:
-                return False
+    def _defer(self, call: _Call, arguments: dict[str, Any]) -> None:
+        """Defer ``call`` for a person's decision (durable approval)."""
         self._append_call(call)
         block = call.block
         data = approval_requested_data(
@@ -307,7 +304,6 @@ class ToolBatch:
         self.deferred += (block["call_id"],)
         call.finish(_DEFERRED)
         self._commit_ready()
-        return True
 
     def _append_call(self, call: _Call) -> None:
         data = tool_call_data(self._turn, self._step, call.block)

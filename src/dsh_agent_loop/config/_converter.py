@@ -34,11 +34,13 @@ from ._keys import key_names, respell, snake
 from ._rules import Fault, Invalid, KeyPath, ProviderKind, Rule, kind_name
 from .agents import (
     LIMITS_RULES,
+    PERMISSIONS_RULES,
     PLUGIN_NAME,
     SANDBOX_RULES,
     TURN_BUDGET_RULES,
     Limits,
     LoopConfig,
+    Permissions,
     Sandbox,
     TurnBudget,
     agent_faults,
@@ -57,6 +59,7 @@ __all__ = ["MAX_CONFIG_DEPTH", "check_nesting", "converter", "from_raw", "struct
 _FIELD_RULES: Final[Mapping[type, Mapping[str, Any]]] = {
     TurnBudget: TURN_BUDGET_RULES,
     Limits: LIMITS_RULES,
+    Permissions: PERMISSIONS_RULES,
     Sandbox: SANDBOX_RULES,
 }
 

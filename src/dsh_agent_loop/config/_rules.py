@@ -13,6 +13,7 @@ from typing import Annotated, Any, Final, Literal, TypeAlias, final
 import attrs
 
 from .._frozen import FrozenDict
+from .._permission_rules import rule_problem
 from ..stores.url import StoreUrlError, parse_store_url
 
 KeyPath: TypeAlias = tuple[str | int, ...]
@@ -99,6 +100,8 @@ StoreUrl: TypeAlias = Annotated[str, Rule("a store URL string", _store_url_probl
 ProviderKind: TypeAlias = Annotated[
     Literal["openai", "anthropic", "scripted"], Rule("a string", _provider_kind_problem)
 ]
+PermissionRule: TypeAlias = Annotated[str, Rule("a permission rule string", rule_problem)]
+"""``NAME``, ``*`` or ``NAME(PATTERN)``: an item of ``permissions.allow``, ``ask`` or ``deny``."""
 ReasoningReplay: TypeAlias = Literal["never", "tool-turns", "always"]
 """The ``reasoning_replay`` policy of an openai provider or model (SPEC §15)."""
 

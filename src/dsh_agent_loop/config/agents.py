@@ -17,12 +17,21 @@ from ..agent.options import TurnBudget
 from ..limits import Limits
 from ..permissions import Permissions
 from ..sandbox import Sandbox
-from ._rules import Fault, KeyPath, NonEmptyStr, PositiveInt, PositiveNumber, to_tuple
+from ._rules import (
+    Fault,
+    KeyPath,
+    NonEmptyStr,
+    PermissionRule,
+    PositiveInt,
+    PositiveNumber,
+    to_tuple,
+)
 from .compaction import CompactionConfig
 from .tracing import OtelConfig
 
 __all__ = [
     "LIMITS_RULES",
+    "PERMISSIONS_RULES",
     "PLUGIN_NAME",
     "SANDBOX_RULES",
     "TURN_BUDGET_RULES",
@@ -59,6 +68,14 @@ LIMITS_RULES: Final[Mapping[str, Any]] = {
     "mcp_call_timeout": PositiveNumber,
     "mcp_max_tools": PositiveInt,
     "mcp_max_message_bytes": PositiveInt,
+}
+
+#: The rules of ``Permissions``' lists when read from a config (``permissions:``): each item
+#: parses as a rule, so a fault names its key path (``permissions.allow[0]``).
+PERMISSIONS_RULES: Final[Mapping[str, Any]] = {
+    "allow": tuple[PermissionRule, ...],
+    "ask": tuple[PermissionRule, ...],
+    "deny": tuple[PermissionRule, ...],
 }
 
 #: The single-value rules of ``Sandbox``'s fields when read from a config (``sandbox:``).

@@ -5,7 +5,8 @@ persisted splice whose coordinates are out of range fails with ``invalid persist
 splice at session seq N``. The loop-state fold tracks what the driver and crash repair need
 from the log alone (turn and step numbers, open turn/step, the latest request header and
 context, the runtime-context text, the message-id counter, and the counters that
-``statistics()`` reports: steps, tool calls and token totals). All sans-I/O.
+``statistics()`` reports: steps, tool calls and token totals), and the permission rules granted
+by "always" approvals (``permissions/allowed``). All sans-I/O.
 
 A queue of follow-ups can hold tens of thousands of messages, so the common splices cost
 O(1) amortised per message, never O(queue length): appending is a list append; claiming from
@@ -28,6 +29,7 @@ from ..errors import AgentLoopError
 from ..events import (
     ASSISTANT_MESSAGE,
     INBOX_SPLICED,
+    PERMISSIONS_ALLOWED,
     REQUEST_CONTEXT,
     REQUEST_HEADER,
     STEP_END,
@@ -293,6 +295,7 @@ class LoopState(Struct, gc=False):
             ASSISTANT_MESSAGE,
             TOOL_APPROVAL_REQUESTED,
             TOOL_APPROVAL,
+            PERMISSIONS_ALLOWED,
         }
     )
 
@@ -320,6 +323,9 @@ class LoopState(Struct, gc=False):
     output_tokens: int = 0
     cache_read_tokens: int = 0
     reasoning_tokens: int = 0
+    granted: tuple[str, ...] = ()
+    """Allow rules recorded by ``approve(call_id, always=True)``, in log order, each once
+    (``agent/_permissions.py`` evaluates them after the policy's deny and ask rules)."""
 
     def counters(self) -> tuple[int, int, int, int, int, int]:
         """``(steps, tool_calls, input, output, cache-read, reasoning tokens)`` so far."""
@@ -375,10 +381,18 @@ class LoopState(Struct, gc=False):
             message = data["message"]
             if message.get("source") == RUNTIME_CONTEXT_SOURCE:
                 self.runtime_context = message_text(message)
-        elif t in (TOOL_APPROVAL_REQUESTED, TOOL_APPROVAL):
-            if self.approvals is None:
-                self.approvals = ApprovalState()
-            self.approvals.fold(event)
+        elif t in (TOOL_APPROVAL_REQUESTED, TOOL_APPROVAL, PERMISSIONS_ALLOWED):
+            self._note_approval(event)
+
+    def _note_approval(self, event: Event) -> None:
+        if event.type == PERMISSIONS_ALLOWED:
+            rule = event.data.get("rule")
+            if isinstance(rule, str) and rule not in self.granted:
+                self.granted = (*self.granted, rule)
+            return
+        if self.approvals is None:
+            self.approvals = ApprovalState()
+        self.approvals.fold(event)
 
     def _turn_boundary(self, event: Event) -> None:
         if event.type == TURN_START:

@@ -33,6 +33,7 @@ __all__ = [
     "assistant_message_data",
     "attempt_failure_data",
     "interrupted_message_data",
+    "permission_allowed_data",
     "response_data",
     "tool_call_data",
     "tool_result_data",
@@ -307,3 +308,10 @@ def approval_data(
     if cause is not None:
         data["cause"] = cause
     return FrozenDict(data)
+
+
+def permission_allowed_data(rule: str, call_id: str | None = None) -> FrozenDict:
+    """``permissions/allowed`` data: ``{rule, call_id?}`` (the call whose approval granted it)."""
+    if call_id is None:
+        return FrozenDict(rule=rule)
+    return FrozenDict(rule=rule, call_id=call_id)
