@@ -12,6 +12,7 @@ and an agent's own wins as a whole.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Final, Literal, final
 
@@ -29,6 +30,13 @@ def _valid_mode(_: object, attribute: attrs.Attribute[str], value: str) -> None:
         raise ValueError(f"Sandbox.{attribute.name} must be one of {modes}; got {value!r}")
 
 
+def _positive_seconds(_: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"Sandbox.{attribute.name} must be a number of seconds; got {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"Sandbox.{attribute.name} must be a positive number; got {value!r}")
+
+
 def _names(value: str | Iterable[str]) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
@@ -41,13 +49,14 @@ class Sandbox:
     """How ``run_command`` confines its commands."""
 
     mode: SandboxMode = attrs.field(default="workspace-write", validator=_valid_mode)
-    """``workspace-write`` (the cwd writable), ``read-only``, or ``off`` (no confinement)."""
+    """``workspace-write`` (the cwd writable), ``read-only``, or ``off`` (no confinement: the
+    command runs as the user, with the runtime's whole environment)."""
     network: bool = False
     """Let commands reach the network (default: a network namespace of their own, no links)."""
     env: tuple[str, ...] = attrs.field(default=(), converter=_names)
     """Environment variables passed to commands beside the built-in allow-list, by name
     (the only way a variable that looks like a secret reaches a command)."""
-    max_timeout_s: float = 600.0
+    max_timeout_s: float = attrs.field(default=600.0, validator=_positive_seconds)
     """The most seconds a command may ask for (``run_command``'s ``timeout_s`` is capped)."""
 
 

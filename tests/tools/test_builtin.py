@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 import trio
 
+from dsh_agent_loop.sandbox import Sandbox, Workspace
 from dsh_agent_loop.tools import builtin
-from dsh_agent_loop.tools.base import ToolContext, ToolResult, parse_arguments
+from dsh_agent_loop.tools.base import DEFAULT_WORKSPACE, ToolContext, ToolResult, parse_arguments
 from dsh_agent_loop.tools.builtin import BUILTIN_TOOLS, builtin_tool
+
+from .test_sandbox import needs_bwrap
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX shells and symlinks")
 
@@ -39,13 +42,21 @@ def work(tmp_path: Path, outside: Path) -> Path:
     return path
 
 
-def ctx(cwd: Path | str | None) -> ToolContext:
+#: Commands run as the user, unconfined (the sandbox's own tests are in test_sandbox.py).
+UNCONFINED = Workspace(sandbox=Sandbox(mode="off"))
+
+
+def ctx(cwd: Path | str | None, workspace: Workspace = DEFAULT_WORKSPACE) -> ToolContext:
     path = None if cwd is None else str(cwd)
-    return ToolContext(agent_id="a", session_id="s", call_id="c-1", cwd=path, turn=1, step=1)
+    return ToolContext(
+        agent_id="a", session_id="s", call_id="c-1", cwd=path, turn=1, step=1, workspace=workspace
+    )
 
 
-async def call(name: str, cwd: Path | None, **arguments: Any) -> ToolResult:
-    result = await builtin_tool(name).handler(arguments, ctx(cwd))
+async def call(
+    name: str, cwd: Path | None, workspace: Workspace = DEFAULT_WORKSPACE, **arguments: Any
+) -> ToolResult:
+    result = await builtin_tool(name).handler(arguments, ctx(cwd, workspace))
     return result if isinstance(result, ToolResult) else ToolResult(content=result)
 
 
@@ -244,15 +255,105 @@ async def test_edit_file_needs_exactly_one_occurrence(work: Path) -> None:
     assert (work / "README.md").read_text(encoding="utf-8") == before
 
 
+# --- protected paths --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def guarded(work: Path, tmp_path: Path) -> Workspace:
+    """A repository in ``work`` with a nested one, a config file, a settings dir and a store."""
+    for repo in (work, work / "vendor" / "lib"):
+        (repo / ".git" / "hooks").mkdir(parents=True)
+        (repo / ".git" / "config").write_text("[core]\n", encoding="utf-8")
+    (work / "sub").mkdir()
+    (work / "sub" / ".git").write_text("gitdir: ../.git/modules/sub\n", encoding="utf-8")
+    (work / "agent.yaml").write_text("agents: []\n", encoding="utf-8")
+    (work / "store").mkdir()
+    (work / "store" / "s.jsonl").write_text("{}\n", encoding="utf-8")
+    (work / "to_git").symlink_to(work / ".git", target_is_directory=True)
+    (work / "to_config.yaml").symlink_to(work / "agent.yaml")
+    alias = tmp_path / "alias"
+    alias.symlink_to(work, target_is_directory=True)
+    # protected paths as the runtime lists them, one of them reached through a symlink
+    protected = (str(alias / "agent.yaml"), str(work / "store"), str(tmp_path / "settings"))
+    return Workspace(protected=protected)
+
+
+def snapshot(root: Path) -> dict[str, bytes | None]:
+    """Every entry under ``root`` (symlinks not followed) and a file's content."""
+    return {
+        str(p): p.read_bytes() if p.is_file() and not p.is_symlink() else None
+        for p in sorted(root.rglob("*"))
+    }
+
+
+PROTECTED = [
+    ".git/config",
+    ".git/hooks/pre-commit",
+    "./.git/new/deep.txt",
+    "vendor/lib/.git/config",
+    "sub/.git",
+    "new/.git/config",
+    ".GIT/config",
+    "to_git/hooks/post-checkout",
+    "agent.yaml",
+    "to_config.yaml",
+    "src/../agent.yaml",
+    "store/s.jsonl",
+    "store/new.jsonl",
+    "store",
+]
+
+
+@pytest.mark.parametrize("path", PROTECTED)
+async def test_write_tools_refuse_protected_paths(
+    work: Path, guarded: Workspace, path: str
+) -> None:
+    before = snapshot(work)
+    wrote = await call("write_file", work, guarded, path=path, content="evil")
+    message = assert_error(wrote, "PROTECTED_PATH")
+    assert message == (
+        f"Error: path {path!r} is protected: tools never write inside .git, nor the config "
+        "file the runtime loaded, the CLI's settings directory or the store's files"
+    )
+    edited = await call("edit_file", work, guarded, path=path, old="[core]", new="evil")
+    assert_error(edited, "PROTECTED_PATH")
+    assert snapshot(work) == before
+
+
+async def test_protection_is_exact(work: Path, guarded: Workspace) -> None:
+    refused = await call("write_file", work, guarded, path="agent.yaml", content="x")
+    assert_error(refused, "PROTECTED_PATH")
+    assert_ok(await call("write_file", work, guarded, path="git/config", content="x"))
+    assert_ok(await call("write_file", work, guarded, path=".gitignore", content="x"))
+    assert_ok(await call("write_file", work, guarded, path="agent.yaml.bak", content="x"))
+    assert_ok(await call("write_file", work, guarded, path="stored/x", content="x"))
+    assert_ok(await call("edit_file", work, guarded, path="README.md", old="# Title", new="#"))
+
+
 # --- run_command ------------------------------------------------------------------------------
 
 
-async def test_run_command(work: Path) -> None:
-    result = await call("run_command", work, command="pwd; echo out; echo err >&2; exit 3")
+@pytest.mark.parametrize(
+    "workspace",
+    [
+        pytest.param(DEFAULT_WORKSPACE, marks=needs_bwrap, id="confined"),
+        pytest.param(UNCONFINED, id="off"),
+    ],
+)
+async def test_run_command(work: Path, workspace: Workspace) -> None:
+    script = "pwd; echo out; echo err >&2; echo made > made.txt; exit 3"
+    result = await call("run_command", work, workspace, command=script)
     text = assert_ok(result)
     assert text == f"{work}\nout\nerr\n[exit code: 3]"
-    assert result.meta == {"exit_code": 3, "timed_out": False, "output_bytes": len(text) - 14}
-    quiet = assert_ok(await call("run_command", work, command="true"))
+    assert result.meta == {
+        "exit_code": 3,
+        "timed_out": False,
+        "output_bytes": len(text) - 14,
+        "sandbox": workspace.sandbox.mode,
+        "timeout_s": builtin.DEFAULT_COMMAND_TIMEOUT_S,
+    }
+    assert (work / "made.txt").read_text(encoding="utf-8") == "made\n"
+    quiet = assert_ok(await call("run_command", work, workspace, command="true"))
     assert quiet == "(no output)\n[exit code: 0]"
 
 
@@ -279,11 +380,17 @@ def pid_alive(pid: int) -> bool:
 async def test_run_command_timeout_kills_the_process_group(work: Path) -> None:
     script = "sleep 30 & echo $! > bg.pid; echo started; sleep 30"
     start = trio.current_time()
-    result = await call("run_command", work, command=script, timeout_s=0.5)
+    result = await call("run_command", work, UNCONFINED, command=script, timeout_s=0.5)
     assert trio.current_time() - start < 10
     assert result.error == "TIMEOUT"
     assert result.content == "started\n[timed out after 0.5s; the command was killed]"
-    assert result.meta == {"exit_code": None, "timed_out": True, "output_bytes": 8}
+    assert result.meta == {
+        "exit_code": None,
+        "timed_out": True,
+        "output_bytes": 8,
+        "sandbox": "off",
+        "timeout_s": 0.5,
+    }
     background = int((work / "bg.pid").read_text(encoding="utf-8"))
     with trio.move_on_after(5):
         while pid_alive(background):
@@ -293,7 +400,7 @@ async def test_run_command_timeout_kills_the_process_group(work: Path) -> None:
 
 async def test_run_command_cancelled_from_outside(work: Path) -> None:
     with trio.move_on_after(0.5) as scope:
-        await call("run_command", work, command="echo $$ > sh.pid; exec sleep 30")
+        await call("run_command", work, UNCONFINED, command="echo $$ > sh.pid; exec sleep 30")
     assert scope.cancelled_caught
     pid = int((work / "sh.pid").read_text(encoding="utf-8"))
     with trio.move_on_after(5):
@@ -310,7 +417,44 @@ async def test_run_command_in_a_missing_cwd(tmp_path: Path) -> None:
 
 async def test_run_command_arguments(work: Path) -> None:
     assert_error(await call("run_command", work, command=""), "INVALID_ARGUMENTS")
-    assert_error(await call("run_command", work, command="true", timeout_s=0), "INVALID_ARGUMENTS")
+    for bad in (0, -1, True, "10", float("inf"), float("-inf"), float("nan")):
+        result = await call("run_command", work, UNCONFINED, command="touch ran", timeout_s=bad)
+        message = assert_error(result, "INVALID_ARGUMENTS")
+        assert message == "Error: timeout_s must be a positive, finite number"
+    assert not (work / "ran").exists()
+
+
+@pytest.mark.parametrize("huge", [1e308, 10**400, 601])
+async def test_run_command_caps_timeout(work: Path, huge: float) -> None:
+    result = await call("run_command", work, UNCONFINED, command="echo hi", timeout_s=huge)
+    text = assert_ok(result)
+    assert text == "hi\n[timeout_s was over the maximum: capped at 600s]\n[exit code: 0]"
+    assert result.meta is not None
+    assert result.meta["timeout_s"] == 600.0
+
+
+async def test_run_command_cap_is_the_sandbox_maximum(work: Path) -> None:
+    capped = Workspace(sandbox=Sandbox(mode="off", max_timeout_s=0.5))
+    result = await call("run_command", work, capped, command="echo a; sleep 30", timeout_s=1e308)
+    assert result.error == "TIMEOUT"
+    assert result.content == (
+        "a\n[timeout_s was over the maximum: capped at 0.5s]\n"
+        "[timed out after 0.5s; the command was killed]"
+    )
+    low = Workspace(sandbox=Sandbox(mode="off", max_timeout_s=60))
+    default = await call("run_command", work, low, command="true")
+    assert assert_ok(default) == "(no output)\n[exit code: 0]"
+    assert default.meta is not None
+    assert default.meta["timeout_s"] == 60.0
+    within = await call("run_command", work, low, command="true", timeout_s=59.5)
+    assert within.meta is not None
+    assert within.meta["timeout_s"] == 59.5
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), True, "600"])
+def test_sandbox_maximum_must_be_positive_and_finite(bad: Any) -> None:
+    with pytest.raises((ValueError, TypeError), match="max_timeout_s"):
+        Sandbox(max_timeout_s=bad)
 
 
 # --- confinement ------------------------------------------------------------------------------

@@ -6,21 +6,30 @@ inside the resolved ``cwd``; I/O then uses that resolved path. A refused call or
 file operation is an error result the model can read (``content`` starts with ``Error:``,
 ``error`` carries a code such as ``PATH_OUTSIDE_CWD``), not an exception. An agent without a
 ``cwd`` gets ``NO_CWD``. (A path swapped for a symlink between the check and the I/O is not
-caught: confinement guards against the model's mistakes, it is not a sandbox.)
+caught: confinement guards against the model's mistakes; the sandbox is ``run_command``'s.)
+
+``write_file`` and ``edit_file`` never write a protected path, whatever the permission mode or
+rule (``PROTECTED_PATH``): anything inside a ``.git``, and the paths of
+``context.workspace.protected`` (the config file the runtime loaded, the CLI's settings
+directory, the store's files), real paths compared.
+
+``run_command`` runs under bubblewrap per ``context.workspace.sandbox`` (``tools/_sandbox.py``,
+``docs/security.md``); where that is impossible the call is ``SANDBOX_UNAVAILABLE``, never an
+unconfined run, and only ``Sandbox(mode="off")`` runs commands as the user. ``timeout_s`` is
+capped at the sandbox's ``max_timeout_s`` (said in the result).
 
 Reading tools are ``parallel``; ``write_file``, ``edit_file`` and ``run_command`` change the
-workspace and are ``exclusive``. Blocking file I/O runs in ``trio.to_thread``; commands run
-with ``trio.run_process`` in their own process group, killed as a group on timeout or cancel.
+workspace and are ``exclusive``. Blocking file I/O runs in ``trio.to_thread``; commands are
+killed as a whole on timeout or cancel (``tools/_command.py``).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
-import signal
 import stat
-import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
@@ -28,6 +37,19 @@ from typing import Any, Final
 
 import trio
 
+from ..sandbox import Sandbox
+from ._command import COMMAND_OUTPUT_HEAD as COMMAND_OUTPUT_HEAD
+from ._command import COMMAND_OUTPUT_TAIL as COMMAND_OUTPUT_TAIL
+from ._command import Output, run_confined, run_unconfined
+from ._sandbox import (
+    SandboxUnavailable,
+    bwrap_argv,
+    confined_environment,
+    is_protected,
+    prepare,
+    probe,
+)
+from ._seccomp import filter_fd
 from .base import Handler, Tool, ToolContext, ToolResult
 
 __all__ = ["BUILTIN_TOOLS", "builtin_tool"]
@@ -45,11 +67,6 @@ SEARCH_SKIPPED_DIRS: Final = frozenset(
     {".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv"}
 )
 DEFAULT_COMMAND_TIMEOUT_S: Final = 120.0
-#: Command output kept: this many bytes from the start and from the end.
-COMMAND_OUTPUT_HEAD: Final = 20_000
-COMMAND_OUTPUT_TAIL: Final = 10_000
-#: After the command exits, how long output from its leftover children is still read.
-OUTPUT_GRACE_S: Final = 1.0
 
 
 class _Refusal(Exception):
@@ -280,11 +297,30 @@ def _write(path: Path, content: str) -> None:
         f.write(content)
 
 
+def _real_paths(paths: Iterable[str]) -> tuple[Path, ...]:
+    return tuple(Path(os.path.realpath(p)) for p in paths)
+
+
+async def _writable(root: Path, raw: Any, context: ToolContext) -> Path:
+    """The real path of ``raw`` inside ``root``, refused when it is protected."""
+    path = await _inside(root, raw)
+    protected: tuple[Path, ...] = ()
+    if context.workspace.protected:
+        protected = await trio.to_thread.run_sync(_real_paths, context.workspace.protected)
+    if is_protected(path, protected):
+        raise _Refusal(
+            "PROTECTED_PATH",
+            f"path {raw!r} is protected: tools never write inside .git, nor the config file the "
+            "runtime loaded, the CLI's settings directory or the store's files",
+        )
+    return path
+
+
 async def _write_file(arguments: Mapping[str, Any], context: ToolContext) -> str:
     root = await _root(context)
     raw = arguments.get("path")
     content = _text_argument(arguments, "content")
-    path = await _inside(root, raw)
+    path = await _writable(root, raw, context)
     existed = await trio.Path(path).exists()
     if existed and not await trio.Path(path).is_file():
         raise _Refusal("NOT_A_FILE", f"{raw!r} is not a regular file")
@@ -313,6 +349,7 @@ async def _edit_file(arguments: Mapping[str, Any], context: ToolContext) -> str:
     raw = arguments.get("path")
     old = _text_argument(arguments, "old", empty=False)
     new = _text_argument(arguments, "new")
+    await _writable(root, raw, context)
     path = await _existing_file(root, raw)
     try:
         text = await trio.to_thread.run_sync(_read_exact, path)
@@ -336,88 +373,67 @@ async def _edit_file(arguments: Mapping[str, Any], context: ToolContext) -> str:
 # --- run_command ------------------------------------------------------------------------------
 
 
-class _Output:
-    """Command output kept as a head and a tail; the middle of a long output is dropped."""
-
-    def __init__(self) -> None:
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def add(self, chunk: bytes | bytearray) -> None:
-        self.total += len(chunk)
-        room = COMMAND_OUTPUT_HEAD - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        self.tail += chunk
-        del self.tail[:-COMMAND_OUTPUT_TAIL]
-
-    def text(self) -> str:
-        dropped = self.total - len(self.head) - len(self.tail)
-        head = self.head.decode("utf-8", errors="replace")
-        tail = self.tail.decode("utf-8", errors="replace")
-        if dropped <= 0:
-            return head + tail
-        return f"{head}\n[... {dropped} bytes of output truncated ...]\n{tail}"
+def _timeout(arguments: Mapping[str, Any], sandbox: Sandbox) -> tuple[float, str]:
+    """The seconds a command may run, capped at ``sandbox.max_timeout_s``, and a note if capped."""
+    most = sandbox.max_timeout_s
+    value = arguments.get("timeout_s")
+    if value is None:
+        return min(DEFAULT_COMMAND_TIMEOUT_S, most), ""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (isinstance(value, float) and not math.isfinite(value))
+        or value <= 0
+    ):
+        raise _Refusal("INVALID_ARGUMENTS", "timeout_s must be a positive, finite number")
+    if value > most:
+        return most, f"[timeout_s was over the maximum: capped at {most:g}s]\n"
+    return float(value), ""
 
 
-async def _kill_group(process: trio.Process) -> None:
+async def _confined(
+    command: str, root: Path, context: ToolContext, timeout_s: float
+) -> tuple[Output, int | None]:
+    """Run ``command`` in the sandbox; ``SANDBOX_UNAVAILABLE`` where it cannot be set up."""
+    workspace = context.workspace
+    env = confined_environment(os.environ, workspace.sandbox)
     try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-async def _drain(stream: trio.abc.ReceiveStream, output: _Output) -> None:
-    async for chunk in stream:
-        output.add(chunk)
-
-
-async def _run(command: str, cwd: Path, timeout_s: float) -> tuple[_Output, int | None]:
-    """Run ``command`` in a shell; the exit code, or None when it timed out and was killed."""
-    output = _Output()
-    async with trio.open_nursery() as nursery:
-        process: trio.Process = await nursery.start(
-            partial(
-                trio.run_process,
-                command,
-                shell=True,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                check=False,
-                start_new_session=True,
-                deliver_cancel=_kill_group,
-            )
+        confinement = await trio.to_thread.run_sync(
+            prepare, root, workspace, abandon_on_cancel=True
         )
-        assert process.stdout is not None
-        with trio.move_on_after(timeout_s) as timeout:
-            async with trio.open_nursery() as reading:
-                reading.start_soon(_drain, process.stdout, output)
-                await process.wait()
-                # A child left running may hold the pipe open: read on only briefly.
-                reading.cancel_scope.deadline = trio.current_time() + OUTPUT_GRACE_S
-        if timeout.cancelled_caught and process.returncode is None:
-            nursery.cancel_scope.cancel()
-            return output, None
-    return output, process.returncode
+        await probe(confinement, env)
+    except SandboxUnavailable as exc:
+        raise _Refusal("SANDBOX_UNAVAILABLE", str(exc)) from None
+    seccomp = filter_fd()
+    try:
+        argv = partial(bwrap_argv, confinement, command, seccomp_fd=seccomp)
+        fds = () if seccomp is None else (seccomp,)
+        return await run_confined(argv, env, root, timeout_s, fds)
+    finally:
+        if seccomp is not None:
+            os.close(seccomp)
 
 
 async def _run_command(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
     root = await _root(context)
     command = _text_argument(arguments, "command", empty=False)
-    timeout_s = arguments.get("timeout_s", DEFAULT_COMMAND_TIMEOUT_S)
-    if timeout_s is None:
-        timeout_s = DEFAULT_COMMAND_TIMEOUT_S
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
-        raise _Refusal("INVALID_ARGUMENTS", "timeout_s must be a positive number")
-    output, code = await _run(command, root, float(timeout_s))
+    sandbox = context.workspace.sandbox
+    timeout_s, note = _timeout(arguments, sandbox)
+    if sandbox.mode == "off":
+        output, code = await run_unconfined(command, root, timeout_s)
+    else:
+        output, code = await _confined(command, root, context, timeout_s)
     text = output.text() or "(no output)\n"
     if not text.endswith("\n"):
         text += "\n"
-    meta = {"exit_code": code, "timed_out": code is None, "output_bytes": output.total}
+    text += note
+    meta = {
+        "exit_code": code,
+        "timed_out": code is None,
+        "output_bytes": output.total,
+        "sandbox": sandbox.mode,
+        "timeout_s": timeout_s,
+    }
     if code is None:
         return ToolResult(
             content=f"{text}[timed out after {timeout_s:g}s; the command was killed]",
@@ -507,7 +523,10 @@ _RUN_COMMAND = Tool(
     name="run_command",
     description=(
         "Run a shell command in the working directory; answers its combined stdout "
-        "and stderr (long output is truncated in the middle) and its exit code."
+        "and stderr (long output is truncated in the middle) and its exit code. "
+        "Unless configured otherwise, commands run sandboxed: only the working directory "
+        "and a private /tmp are writable, .git is read-only, there is no network, and "
+        "nothing started outlives the command. timeout_s is capped by a configured maximum."
     ),
     parameters=_schema(
         ["command"],
