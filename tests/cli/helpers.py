@@ -20,6 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+
+from dsh_agent_loop import SqliteStore
+from dsh_agent_loop.events import Event
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart.yaml"
@@ -169,3 +173,41 @@ def pg_tables(dsn: str) -> Iterator[str]:
         with psycopg.connect(dsn, autocommit=True) as conn:
             for table in ("events", "sessions", "leases"):
                 conn.execute(f"DROP TABLE IF EXISTS {prefix}{table}")
+
+
+def stored_sessions(path: Path) -> dict[str, tuple[str, list[Event]]]:
+    """Every session of the SQLite store at ``path``: its agent id and events."""
+
+    async def read() -> dict[str, tuple[str, list[Event]]]:
+        store = SqliteStore(str(path))
+        try:
+            out = {}
+            for info in await store.list():
+                handle = await store.open(info.session_id, "read")
+                out[info.session_id] = (info.agent_id, await handle.read())
+                await handle.close()
+            return out
+        finally:
+            await store.aclose()
+
+    return trio.run(read)
+
+
+def agent_events(path: Path, agent_id: str) -> list[Event]:
+    """The events of the one session of ``agent_id`` in the SQLite store at ``path``."""
+    (events,) = [e for a, e in stored_sessions(path).values() if a == agent_id]
+    return events
+
+
+def event_data(events: list[Event], kind: str) -> list[Any]:
+    """The data of the events of type ``kind``, in order."""
+    return [e.data for e in events if e.type == kind]
+
+
+def tool_errors(events: list[Event], name: str) -> list[Any]:
+    """The results of tool ``name`` in order: None for a success, else the error code."""
+    return [
+        (d.get("error") or {}).get("code")
+        for d in event_data(events, "tool/result")
+        if d["message"]["name"] == name
+    ]

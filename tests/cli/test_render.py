@@ -252,3 +252,27 @@ def test_event_lines_show_control_characters() -> None:
     assert _raw_controls(line) == []
     assert "\\u001b[2J" in line  # JSON-quoted C0
     assert "\\x9bd\\u202ee" in line
+
+
+def test_a_tool_call_panel_shows_the_whole_arguments_wrapped() -> None:
+    command = "echo " + " ".join(f"word{n}" for n in range(100)) + "; touch HIDDEN"
+    assert len(command) > 500
+    out = io.StringIO()
+    console = Console(file=out, width=80, color_system=None)
+    renderer = StreamRenderer(console, prefix=False)
+
+    def frame(chunk: object) -> Event:
+        data = FrozenDict(agent_id="a", frame="chunk", chunk=chunk)
+        return make_event(ASSISTANT_STREAM, None, 0.0, data)
+
+    arguments = '{"command": "' + command + '\\u009b"}'
+    renderer.on_stream(frame(BlockStart(0, "tool-call", call_id="c", name="run_command")))
+    renderer.on_stream(frame(ToolCallDelta(0, arguments)))
+    renderer.on_stream(frame(BlockEnd(0)))
+    written = out.getvalue()
+    assert "…" not in written
+    lines = written.splitlines()
+    assert all(len(line) <= 80 for line in lines)  # wrapped to the terminal, not one long line
+    inside = "".join(line.strip("│ ") for line in lines[1:-1])  # the panel's text, unwrapped
+    assert "".join(command.split()) + "\\u009b" in "".join(inside.split())
+    assert inside.rstrip().endswith('; touch HIDDEN\\u009b"}')

@@ -8,9 +8,10 @@ given at an outer level is never reset by an inner one.
 
 Every error reaches the user as one line on stderr (a ``ConfigError`` verbatim), with exit 2
 for bad usage, bad config or an unknown session, and 1 for anything else; ``--debug`` adds the
-traceback. Whatever is written, the error line, the traceback, log records and the consoles'
-output alike, passes through one ``TerminalGuard`` (``_terminal.py``): control characters are
-shown, not sent, and the store URL's password is hidden; each verb hands it its store URL before
+traceback. (``run`` also exits 3 when tool calls wait for approval: ``_run.py``.) Whatever is
+written, the error line, the traceback, log records and the consoles' output alike, passes
+through one ``TerminalGuard`` (``_terminal.py``): control characters are shown, not sent, and
+the store URL's password is hidden; each verb hands it its store URL before
 building the store. Log records reach stderr through the guard too, while the command runs: this
 library's warnings always, other libraries' (psycopg's, for one, after a failure already
 reported) only with ``--debug``.
@@ -30,8 +31,10 @@ import trio
 from rich.console import Console
 
 from .. import __version__
-from ..config import load_config
+from ..config import RuntimeConfig, load_config
 from ..errors import ConfigError
+from ..stores.url import parse_store_url
+from ._approvals import MODES_TEXT, ResumeHint, permission_mode, with_permission_mode
 from ._setup import (
     DEFAULT_STORE,
     EXIT_FAILED,
@@ -124,13 +127,27 @@ def _add_tool_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_permission_mode(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--permission-mode",
+        dest="permission_mode",
+        type=permission_mode,
+        metavar="MODE",
+        help=f"the mode of every permission policy ({MODES_TEXT}); the config's rules stay",
+    )
+
+
 def _add_run(verbs: Any, common: argparse.ArgumentParser) -> None:
     run = verbs.add_parser(
         "run",
         parents=[common],
         help="prompt the declared agents once and stream their output",
         description="Send a prompt to every declared agent (or the one named), stream their "
-        "output, and print a one-line-per-event summary of each session log.",
+        "output, and print a one-line-per-event summary of each session log. Exit codes: 0 "
+        "done; 1 a turn ended error or interrupted, or an agent's store failed; 2 bad usage, "
+        "config or session, or an agent failed to start; 3 tool calls wait for approval (one "
+        "stderr line each says how to decide them); 130 interrupted. When several apply, the "
+        "first in the order 130, 2, 1, 3 wins.",
     )
     run.add_argument("config_path", metavar="CONFIG", nargs="?", help="config file (YAML)")
     run.add_argument("--prompt", "-p", metavar="TEXT", help="the prompt (default: stdin)")
@@ -142,6 +159,7 @@ def _add_run(verbs: Any, common: argparse.ArgumentParser) -> None:
     )
     which.add_argument("--resume", metavar="ID", help="continue the stored session ID")
     _add_tool_option(run)
+    _add_permission_mode(run)
     run.set_defaults(handler=_run_verb)
 
 
@@ -151,12 +169,15 @@ def _add_chat(verbs: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="talk to an agent interactively",
         description="Interactive session. Ctrl-C cancels the running turn (what was shown "
-        "stays in the log); Ctrl-C when idle exits. Commands: /new, /resume ID, /exit.",
+        "stays in the log); Ctrl-C when idle exits. Commands: /new, /resume ID, /exit. A tool "
+        "call waiting for approval, the agent's or a sub-agent's, is shown whole and asked "
+        "about: [y]es / [n]o / [a]lways this session.",
     )
     chat.add_argument("config_path", metavar="CONFIG", nargs="?", help="config file (YAML)")
     chat.add_argument("--agent", metavar="ID", help="the declared agent to talk to")
     chat.add_argument("--resume", metavar="ID", help="continue the stored session ID")
     _add_tool_option(chat)
+    _add_permission_mode(chat)
     chat.set_defaults(handler=_chat_verb)
 
 
@@ -220,6 +241,7 @@ def _add_simulate(verbs: Any, common: argparse.ArgumentParser) -> None:
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
     _add_tool_option(sim)
+    _add_permission_mode(sim)
     sim.set_defaults(handler=_simulate_verb)
 
 
@@ -274,11 +296,21 @@ def _run_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
     config = with_session(config, agent_ids, session=args.session, resume=args.resume)
     tools = load_cli_tools(args.tool_refs)
     config = with_cli_tools(config, tools)
+    config = with_permission_mode(config, args.permission_mode)
     prompt = read_prompt(args.prompt)
-    url = store_url(getattr(args, "store", None), config)
+    option: str | None = getattr(args, "store", None)
+    url = store_url(option, config)
     guard.add_store_url(url)
     store = make_store(url)
     console, errors = _consoles(guard)
+    hint = ResumeHint(
+        config=path,
+        first_agent=config.agents[0].id,
+        store=option,
+        tools=tuple(args.tool_refs or ()),
+        mode=args.permission_mode,
+        forgets=parse_store_url(url).scheme == "memory",
+    )
     return trio.run(
         lambda: run_agents(
             config,
@@ -291,6 +323,7 @@ def _run_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
             errors=errors,
             tools=tools,
             url=url,
+            hint=hint,
         )
     )
 
@@ -311,6 +344,7 @@ def _chat_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
     config = with_session(config, [agent_id], resume=args.resume)
     tools = load_cli_tools(args.tool_refs)
     config = with_cli_tools(config, tools)
+    config = with_permission_mode(config, args.permission_mode)
     url = store_url(getattr(args, "store", None), config)
     guard.add_store_url(url)
     store = make_store(url)
@@ -363,6 +397,8 @@ def _simulate_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
 
     settings = load_user_settings()
     config = load_cli_config(getattr(args, "config", None))
+    if args.permission_mode is not None:
+        config = with_permission_mode(config or RuntimeConfig(), args.permission_mode)
     tools = load_cli_tools(args.tool_refs)
     url = store_url(getattr(args, "store", None), config)
     guard.add_store_url(url)

@@ -7,9 +7,18 @@ stays in the log as an interrupted anchor); a Ctrl-C while idle, or two within
 abandoned on exit. ``/new`` disposes the agent and creates it again on a new session,
 ``/resume ID`` moves it to a stored session, ``/exit`` (or end of input) leaves.
 
-A tool call waiting for approval (``requireApproval``, ``Tool(requires_approval=...)``) is asked
-about with a y/n question, one per call, after the turn that deferred it and after a resume; the
-turn then goes on. End of input leaves the calls pending in the session for a later resume.
+A tool call waiting for approval (the permission policy deferred it, ``docs/security.md``) is
+shown whole (``_approvals.call_text``: the agent, the tool, every argument, never cut, controls
+made visible) and asked about: ``[y]es`` runs it, ``[n]o`` refuses it, ``[a]lways this session``
+runs it and records a durable allow rule for that exact call (``agent.approve(call_id,
+always=True)``), so the same call later in the session, after a resume too, runs unasked. Any
+other answer asks again. The calls of the chatting agent and of each of its live sub-agents are
+asked about, each naming its agent: a turn that ends ``awaiting-approval`` anywhere in the tree
+is seen at once through the ``session/event`` notification, so a sub-agent's call is asked about
+even while the parent's turn still runs. Once an agent's calls are decided its continuation runs
+and is shown; the REPL prompts again when the whole tree is idle. A resumed session (``--resume``,
+``/resume``) brings back its sub-agent sessions left waiting and asks about every waiting call
+first. End of input, or Ctrl-C at a question, leaves the calls pending in the session.
 
 When the agent's store fails or another process takes its session over (``agent/error`` with
 ``OWNERSHIP_LOST`` or ``STORE_FAILED``), the agent stops: the renderer says so in one line and
@@ -20,7 +29,6 @@ Without a config the agent talks to an offline echo model, so the REPL can be tr
 
 from __future__ import annotations
 
-import json
 import math
 import signal
 import sys
@@ -32,28 +40,40 @@ import trio
 from rich.console import Console
 from rich.text import Text
 
-from .._frozen import thaw
+from .._frozen import FrozenDict
+from ..agent.approvals import ApprovalRequest
+from ..agent.driver import Agent
 from ..agent.lifecycle import AgentHandle
 from ..config import PLUGIN_NAME, RuntimeConfig, load_config
 from ..errors import AgentLoopError
-from ..events import AGENT_ERROR, TURN_END, Event
+from ..events import AGENT_ERROR, SESSION_EVENT, TURN_END, Event
 from ..llm.base import ModelAdapter, ModelRequest
 from ..llm.scripted import Reply, ScriptedModel
 from ..runtime import Runtime, open_runtime
+from ..session.projections import AWAITING_APPROVAL
 from ..session.store import SessionStore
 from ..tools.base import Tool
+from ._approvals import agent_tree, call_text, pending_calls, resume_waiting_children
 from ._render import STORE_FAILURES, StreamRenderer, message_text, reason_text
 from ._run import failed_turns, report_start_failures
 from ._setup import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from ._terminal import redact_url, visible
 
-__all__ = ["DOUBLE_PRESS", "PROMPT", "chat", "echo_config"]
+__all__ = ["ANSWERS", "ASK", "DOUBLE_PRESS", "PROMPT", "chat", "echo_config"]
 
 #: Two Ctrl-C within this many seconds exit even while a turn winds down.
 DOUBLE_PRESS: Final = 1.0
 #: The input prompt.
 PROMPT: Final = "you> "
 ECHO_PROVIDER: Final = "echo"
+#: The question asked about each call waiting for approval.
+ASK: Final = "allow? [y]es / [n]o / [a]lways this session: "
+#: What an answer to ``ASK`` means.
+ANSWERS: Final[Mapping[str, str]] = FrozenDict(
+    y="yes", yes="yes", n="no", no="no", a="always", always="always"
+)
+#: The denial message a refused call carries.
+DECLINED: Final = "the user declined"
 HELP: Final = (
     "/new  start a new session · /resume ID  continue a stored session · /session  show the "
     "session id · /compact [INSTRUCTIONS]  summarise older history · /exit  leave · "
@@ -100,6 +120,8 @@ class _Chat:
         self.echoed = sys.stdin.isatty()
         self.leave: trio.CancelScope | None = None
         """Cancelled to leave the REPL at once (set while it runs)."""
+        self.asking = trio.Event()
+        """Set when a turn ended ``awaiting-approval`` (any agent: ``settle`` looks whose)."""
 
     def say(self, text: str, style: str = "dim") -> None:
         self.renderer.end_line()
@@ -120,6 +142,14 @@ class _Chat:
         if self.leave is not None:
             self.leave.cancel()
 
+    def on_session_event(self, event: Event) -> None:
+        """``session/event`` observer: a turn that ended awaiting approval wakes ``settle``."""
+        stored = event.data.get("event")
+        if isinstance(stored, Event) and stored.type == TURN_END:
+            reason = stored.data.get("reason") or {}
+            if reason.get("kind") == AWAITING_APPROVAL:
+                self.asking.set()
+
     # -- input and signals -------------------------------------------------------------------
     async def read_line(self, prompt: str = PROMPT) -> str | None:
         """The next input line, or None at end of input."""
@@ -138,25 +168,24 @@ class _Chat:
             twice = now - self.last_interrupt < DOUBLE_PRESS
             self.last_interrupt = now
             if self.busy and not twice:
-                self.handle.agent.cancel(cause="user")
+                # The sub-agents too: one may run on its own (a continuation after its approval).
+                for agent in agent_tree(self.handle.agent):
+                    if agent.status.value == "running":
+                        agent.cancel(cause="user")
                 self.say("^C cancelling the turn (Ctrl-C again to exit)", "yellow")
             else:
                 self.say("^C bye")
                 leave.cancel()
                 return
 
-    # -- turns and commands ------------------------------------------------------------------
+    # -- turns and approvals -----------------------------------------------------------------
     async def turn(self, text: str | None) -> None:
-        """Run a turn for ``text`` (None: the continuation of decided calls) and its sequels."""
+        """Run a turn for ``text`` (None: only what is due) and everything it leads to."""
         agent = self.handle.agent
         start = len(agent.session)
-        self.busy = True
-        try:
-            if text is not None:
-                agent.followup(text)
-            await agent.wait_idle()
-        finally:
-            self.busy = False
+        if text is not None:
+            agent.followup(text)
+        await self.settle()
         self.renderer.end_line()
         events = agent.session.events
         if failed_turns(events, start):
@@ -165,26 +194,100 @@ class _Chat:
             reason = event.data.get("reason") if event.type == TURN_END else None
             if reason is not None and reason.get("kind") == "aborted":
                 self.say(f"turn {reason_text(reason)}: what was shown is kept in the session")
-        await self.approvals()
 
-    async def approvals(self) -> None:
-        """Ask y/n for each pending tool call; once all are decided the turn goes on."""
-        agent = self.handle.agent
-        pending = agent.pending_approvals()
-        if not pending:
-            return
-        for request in pending:
-            arguments = json.dumps(thaw(request.arguments), ensure_ascii=False)
-            line = await self.read_line(f"allow {request.name} {arguments}? [y/n] ")
-            if line is None:
-                self.say("left undecided: the calls stay pending in the session")
+    def quiet(self) -> bool:
+        """True when the agent and its live sub-agents are all idle."""
+        return all(a.status.value == "idle" for a in agent_tree(self.handle.agent))
+
+    async def settle(self) -> None:
+        """Wait until the agent's tree is idle, asking about each call that waits meanwhile."""
+        while True:
+            self.asking = trio.Event()  # before looking: a later request sets the new one
+            waiting = pending_calls(agent_tree(self.handle.agent))
+            if waiting:
+                if not await self.decide(waiting):
+                    return
+                continue
+            if self.quiet():
                 return
-            if line.strip().lower() in ("y", "yes"):
-                agent.approve(request.call_id)
-            else:
-                agent.deny(request.call_id, "the user declined")
-        await self.turn(None)
+            self.busy = True  # Ctrl-C cancels the turn; at a question it leaves (see ``ask``)
+            try:
+                await self.quiet_or_asked()
+            finally:
+                self.busy = False
 
+    async def quiet_or_asked(self) -> None:
+        """Return when the tree is idle or a turn ended awaiting approval, whichever is first."""
+        async with trio.open_nursery() as nursery:
+
+            async def idle() -> None:
+                while not self.quiet():
+                    for agent in agent_tree(self.handle.agent):
+                        await agent.wait_idle()
+                nursery.cancel_scope.cancel()
+
+            async def asked() -> None:
+                await self.asking.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(idle)
+            nursery.start_soon(asked)
+
+    async def decide(self, waiting: Sequence[tuple[Agent, ApprovalRequest]]) -> bool:
+        """Ask about each call and record the answer; False when nothing more can be decided."""
+        for agent, request in waiting:
+            answer = await self.ask(agent.id, request)
+            if answer is None:
+                self.say("left undecided: the calls stay pending in the session")
+                return False
+            try:
+                if answer == "always":
+                    self.granted(agent.id, agent.approve(request.call_id, always=True))
+                elif answer == "yes":
+                    agent.approve(request.call_id)
+                else:
+                    agent.deny(request.call_id, DECLINED)
+            except (AgentLoopError, ValueError) as exc:  # disposed, or decided meanwhile
+                self.complain(f"cannot decide {agent.id}'s call of {request.name}: {exc}")
+                return False
+        return True
+
+    def granted(self, agent_id: str, rule: str | None) -> None:
+        """Say what an "always" answer allowed (a rule, or nothing beyond this call)."""
+        if rule is not None:
+            self.say(f"{agent_id}: allowed from now on in this session: {rule}")
+        else:
+            self.say(
+                f"{agent_id}: approved once; no rule can allow calls like it (a path outside its"
+                " working directory), so they will be asked about again"
+            )
+
+    async def ask(self, agent_id: str, request: ApprovalRequest) -> str | None:
+        """Show the call whole and ask until the answer is y, n or a (None: end of input)."""
+        self.renderer.end_line()
+        self.console.print(Text(call_text(agent_id, request), style="yellow", overflow="fold"))
+        while True:
+            line = await self.read_line(ASK)
+            if line is None:
+                return None
+            answer = ANSWERS.get(line.strip().lower())
+            if answer is not None:
+                return answer
+            self.complain(
+                "answer y (run it), n (refuse it) or a (run it, and the same call from now on"
+                " in this session without asking)"
+            )
+
+    async def adopt_waiting(self) -> None:
+        """Bring back the sub-agent sessions of a resumed session that wait for approval."""
+        try:
+            problems = await resume_waiting_children(self.rt, self.handle.agent)
+        except AgentLoopError as exc:
+            problems = [f"cannot look for sub-agent sessions waiting for approval: {exc}"]
+        for problem in problems:
+            self.complain(problem)
+
+    # -- commands ----------------------------------------------------------------------------
     async def command(self, text: str) -> bool:
         """Run a ``/command``; False means leave."""
         name, _, rest = text.partition(" ")
@@ -250,15 +353,18 @@ class _Chat:
             else:
                 count = len(self.handle.agent.session)
                 self.say(f"resumed session {session_id} ({count} events)")
-                await self.approvals()
+                await self.adopt_waiting()
+                await self.turn(None)  # calls waiting there are asked about first
                 return
         self.handle = await self.rt.agents.create(options=options)
         self.say(f"new session {self.handle.session_id}")
 
-    async def repl(self) -> None:
+    async def repl(self, *, resumed: bool) -> None:
         agent = self.handle.agent
         self.say(f"{agent.id} on session {agent.session_id} — /help for commands")
-        await self.approvals()  # a resumed session may have calls waiting
+        if resumed:
+            await self.adopt_waiting()
+        await self.turn(None)  # a resumed session may have calls waiting, or decided and due
         while True:
             line = await self.read_line()
             if line is None:
@@ -295,14 +401,20 @@ async def chat(
         handle = rt.agents.handle(wanted) if wanted is not None else None
         if handle is None:
             return EXIT_USAGE
+        entry = next((e for e in config.agents if e.id == wanted), None)
+        resumed = entry is not None and (entry.session_id or entry.resume_session_id) is not None
         session = _Chat(rt, handle, url, console, errors)
-        disposers = [*session.renderer.attach(rt.hooks), rt.hooks.on(AGENT_ERROR, session.on_error)]
+        disposers = [
+            *session.renderer.attach(rt.hooks),
+            rt.hooks.on(AGENT_ERROR, session.on_error),
+            rt.hooks.on(SESSION_EVENT, session.on_session_event),
+        ]
         try:
             with trio.open_signal_receiver(signal.SIGINT) as signals:
                 async with trio.open_nursery() as nursery:
                     session.leave = nursery.cancel_scope
                     nursery.start_soon(session.watch_interrupts, signals, nursery.cancel_scope)
-                    await session.repl()
+                    await session.repl(resumed=resumed)
                     nursery.cancel_scope.cancel()
         finally:
             for dispose in disposers:

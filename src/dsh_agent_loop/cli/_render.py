@@ -3,7 +3,9 @@
 The live view is driven by runtime observers (``agent/assistant-stream`` frames and the
 ``tools/result`` notification), which fire synchronously in the order the driver produces
 them, so a tool result is never shown before the call that caused it. Text is written as it
-streams; reasoning is dimmed; tool calls and results are compact panels. With several agents
+streams; reasoning is dimmed; tool calls and results are compact panels. A tool call's panel
+holds its whole arguments, wrapped to the terminal and never cut (the text a person approves is
+the text they saw); a result's panel shows its first lines. With several agents
 every line is prefixed by the agent id, so output is line-buffered per agent and block.
 
 Model text is printed as ``rich.text.Text``, never as markup, so ``[brackets]`` in a reply
@@ -48,7 +50,7 @@ from ..events import (
 )
 from ..hooks import Disposer, HookBus
 from ..llm.base import BlockEnd, BlockStart, Failure, ReasoningDelta, TextDelta, ToolCallDelta
-from ._terminal import visible
+from ._terminal import json_visible, visible
 
 __all__ = [
     "STORE_FAILURES",
@@ -401,13 +403,14 @@ class StreamRenderer:
         self.end_line()
         raw = "".join(block.arguments)
         try:
-            shown = json.dumps(json.loads(raw), ensure_ascii=False) if raw else "{}"
-        except ValueError:
+            shown = json_visible(json.dumps(json.loads(raw), ensure_ascii=False)) if raw else "{}"
+        except (ValueError, RecursionError):
             shown = raw
         title = f"{agent_id} · " if self.prefix else ""
         self.console.print(
             Panel(
-                Text(visible(snippet(shown, 400))),
+                # Whole, wrapped, never cut: a person approving a call reads all of it.
+                Text(visible(shown), overflow="fold"),
                 title=Text(visible(f"{title}tool call: {block.name}"), style="bold cyan"),
                 title_align="left",
                 border_style="cyan",

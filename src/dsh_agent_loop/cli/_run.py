@@ -9,6 +9,13 @@ stops waiting. Either way the verb then exits 130, as an interrupted command doe
 whose store failed or whose session another process took over (``agent/error`` with
 ``OWNERSHIP_LOST`` or ``STORE_FAILED``) makes the exit code 1: what it did after that was not
 stored, and its turn's end may never be.
+
+``run`` asks nobody: a tool call that the permission policy defers for a person's decision
+(``docs/security.md``) leaves its agent idle with the call waiting in the session. Each such call,
+the prompted agents' own and their live sub-agents', is one stderr line naming the agent, the tool
+and its whole arguments, and the ``chat`` command that asks about it (``ResumeHint``); the exit
+code is then 3. Codes are checked in a fixed order, the first that applies wins: 130 (Ctrl-C),
+2 (an agent failed to start), 1 (a failed turn or store), 3 (calls waiting), 0.
 """
 
 from __future__ import annotations
@@ -30,8 +37,9 @@ from ..mcp import McpStartError
 from ..runtime import Runtime, open_runtime
 from ..session.store import SessionStore
 from ..tools.base import Tool
+from ._approvals import ResumeHint, agent_tree, pending_calls, pending_line
 from ._render import StreamRenderer, event_line
-from ._setup import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
+from ._setup import EXIT_AWAITING, EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
 from ._terminal import redact_url, visible
 
 __all__ = [
@@ -157,8 +165,12 @@ async def run_agents(
     errors: Console,
     tools: Sequence[Tool] = (),
     url: str | None = None,
+    hint: ResumeHint | None = None,
 ) -> int:
-    """Open the runtime, prompt the agents, stream, wait for idle, summarise; the exit code."""
+    """Open the runtime, prompt the agents, stream, wait for idle, summarise; the exit code.
+
+    ``hint`` makes the command each waiting call's line names (default: from the config's path).
+    """
     async with open_runtime(config, store=store, settings=settings, tools=tools) as rt:
         report_start_failures(rt, errors, url)
         live = {agent.id: agent for agent in rt.agents.list()}
@@ -195,12 +207,26 @@ async def run_agents(
                 code = EXIT_FAILED
                 line = visible(f"{agent.id}: a turn ended {reason.get('kind')}")
                 errors.print(line, soft_wrap=True, markup=False)
+        hint = hint or ResumeHint(config=config.source, first_agent=config.agents[0].id)
+        if _report_waiting(agents, hint, errors) and code == EXIT_OK:
+            code = EXIT_AWAITING
         if rt.start_failures:
-            code = max(code, EXIT_USAGE)
+            code = EXIT_USAGE
         if presses:
             errors.print("interrupted: the cancelled turns are stored as aborted", soft_wrap=True)
             code = EXIT_INTERRUPTED
         return code
+
+
+def _report_waiting(agents: Sequence[Agent], hint: ResumeHint, errors: Console) -> bool:
+    """One stderr line per call waiting in the agents' trees; True when there was one."""
+    waiting = False
+    for top in agents:
+        how = hint.how(top.id, top.session_id)
+        for agent, request in pending_calls(agent_tree(top)):
+            waiting = True
+            errors.print(pending_line(agent.id, request, how), soft_wrap=True, markup=False)
+    return waiting
 
 
 def _summary(console: Console, agent: Agent, events: Sequence[Event]) -> None:

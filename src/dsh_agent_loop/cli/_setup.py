@@ -28,6 +28,7 @@ from ..tools.loader import load_tool_ref
 
 __all__ = [
     "DEFAULT_STORE",
+    "EXIT_AWAITING",
     "EXIT_FAILED",
     "EXIT_OK",
     "EXIT_USAGE",
@@ -55,6 +56,8 @@ EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 #: Bad usage, bad config, or an unknown session.
 EXIT_USAGE: Final = 2
+#: ``run``: tool calls wait for a person's decision (they are listed on stderr).
+EXIT_AWAITING: Final = 3
 
 
 @final
