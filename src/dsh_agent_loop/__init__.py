@@ -59,8 +59,10 @@ from .llm.providers import OpenAIProvider as OpenAIProvider
 from .llm.scripted import Reply as Reply
 from .llm.scripted import ScriptedModel as ScriptedModel
 from .llm.stream_limits import StreamLimits as StreamLimits
+from .permissions import Permissions as Permissions
 from .runtime import Runtime as Runtime
 from .runtime import open_runtime as open_runtime
+from .sandbox import Sandbox as Sandbox
 from .session.store import SessionInfo as SessionInfo
 from .session.store import SessionStore as SessionStore
 from .stores.jsonl import JsonlStore as JsonlStore
@@ -101,6 +103,7 @@ __all__ = [
     "MemoryStore",
     "ModelRequest",
     "OpenAIProvider",
+    "Permissions",
     "PreStepDecision",
     "PromptAssembly",
     "PromptSection",
@@ -109,6 +112,7 @@ __all__ = [
     "RunStream",
     "Runtime",
     "RuntimeConfig",
+    "Sandbox",
     "ScriptedModel",
     "SequenceConflictError",
     "SessionAlreadyExistsError",

@@ -117,6 +117,34 @@ async def test_a_failed_child_turn_is_a_tool_error_naming_its_code(autojump_cloc
         assert turn_ends(child.session.events)[0]["kind"] == "error"
 
 
+async def test_a_child_waiting_for_approval_says_so_to_the_parent(autojump_clock):
+    @tool(requires_approval=True)
+    async def erase(path: str) -> str:
+        """Erase a file."""
+        return f"erased {path}"
+
+    async with parent_child_runtime(
+        parent=[delegate("Clean up", "d1"), Reply.text("waiting on the helper")],
+        child=[Reply.tool_calls(("erase", {"path": "a"}, "e1")), Reply.text("cleaned")],
+        tools=[erase],
+    ) as rt:
+        rt.add_tool(delegate_tool(rt, HELPER))
+        parent = await rt.agents.create(options=PARENT)
+        result = await parent.agent.run("go")
+        assert result.text == "waiting on the helper"
+        (waiting,) = results(parent.agent.session.events)
+        assert waiting["code"] is None
+        assert waiting["text"] == (
+            "[sub-agent 'main.helper' is waiting for a person to approve: erase (e1); "
+            "its answer is not available yet]"
+        )
+        assert waiting["meta"]["awaiting_approval"] == ["e1"]
+        child = rt.agents.get("main.helper")
+        assert [r.call_id for r in child.pending_approvals()] == ["e1"]
+        done = await child.resolve_approvals({"e1": True})
+        assert done.text == "cleaned"
+
+
 async def test_a_name_taken_by_another_agent_is_a_tool_error(autojump_clock):
     async with parent_child_runtime(parent=[delegate("Try", "d1"), Reply.text("no")]) as rt:
         rt.add_tool(delegate_tool(rt, HELPER))

@@ -10,7 +10,10 @@ child turn that ends badly is a ``TOOL_ERROR`` result naming the child's error c
 (``TURN_FAILED``'s own code such as ``HTTP_5XX``, ``TURN_ABORTED``, ``AGENT_CLOSED``, ...),
 which the parent's model reads like any tool failure. A child the runtime's bounds refuse
 (``Limits.max_delegation_depth``, ``Limits.max_subagents``; ``agent/subagents.py``) is a
-``LIMIT_EXCEEDED`` result saying which bound was reached: the model can answer without it.
+``LIMIT_EXCEEDED`` result saying which bound was reached: the model can answer without it. A
+child turn that ends waiting for a person's approval (``docs/security.md``) is a result saying
+so, naming the calls (``meta.awaiting_approval``): the person decides them on the child (the CLI's
+``chat`` asks, naming the child), and the child's answer comes with its continuation.
 
 Cancellation needs nothing here: cancelling the parent's turn aborts the child's turn with cause
 ``parent`` (``agent/subagents.py``), ``run()`` waits until the child's ``turn/end`` is stored,
@@ -148,7 +151,23 @@ async def _delegate(
         return _failure(child_id, exc.code, str(exc))
     except AgentLoopError as exc:  # create refused, or the child was disposed meanwhile
         return _failure(child_id, exc.code, str(exc))
-    meta = {"child_id": child.id, "session_id": child.session_id, "turn": result.turn}
+    meta: dict[str, Any] = {
+        "child_id": child.id,
+        "session_id": child.session_id,
+        "turn": result.turn,
+    }
+    waiting = result.pending_approvals
+    if result.reason.get("kind") == "awaiting-approval" and waiting:
+        # The person decides the child's calls (``chat`` asks, naming the child); the model
+        # learns that the answer is not there yet instead of reading an empty one.
+        meta["awaiting_approval"] = [r.call_id for r in waiting]
+        calls = ", ".join(f"{r.name} ({r.call_id})" for r in waiting)
+        text = f"{result.text}\n\n" if result.text else ""
+        return ToolResult(
+            f"{text}[sub-agent {child.id!r} is waiting for a person to approve: {calls}; "
+            "its answer is not available yet]",
+            meta=meta,
+        )
     return ToolResult(result.text, meta=meta)
 
 
