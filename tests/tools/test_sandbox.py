@@ -33,6 +33,10 @@ from dsh_agent_loop.tools import _sandbox, _seccomp
 from dsh_agent_loop.tools.base import ToolContext, ToolResult
 from dsh_agent_loop.tools.builtin import builtin_tool
 
+#: The interpreter the commands run: the base one (a venv in a clone under /tmp would be hidden by
+#: the sandbox's private /tmp; the standard library is all these commands need).
+PYTHON = os.path.realpath(sys.executable)
+
 
 def _bwrap_works() -> bool:
     bwrap = shutil.which("bwrap")
@@ -235,7 +239,7 @@ async def test_tmp_is_private(work: Path, tmp_path: Path) -> None:
 
 def connect_script(port: int) -> str:
     code = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=10)"
-    return f'{sys.executable} -c "{code}" && echo connected'
+    return f'{PYTHON} -c "{code}" && echo connected'
 
 
 @pytest.fixture
@@ -304,8 +308,8 @@ async def test_unix_sockets_are_refused(
     pair = "import socket; a, b = socket.socketpair(); a.send(b'ok'); print(b.recv(2).decode())"
     results = await commands(
         work,
-        f'{sys.executable} -c "{reach}" && echo connected',
-        f'{sys.executable} -c "{pair}"',
+        f'{PYTHON} -c "{reach}" && echo connected',
+        f'{PYTHON} -c "{pair}"',
         sandbox=Sandbox(network=network),
     )
     assert results[0].exit_code != 0
