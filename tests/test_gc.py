@@ -27,12 +27,13 @@ from dsh_agent_loop.tools.base import tool
 AGENTS = 200
 STEPS = 5  # four tool steps, then text
 
-# The target: at most 40 tracked objects per idle agent. What is left (35–36) is the
+# The target: at most 40 tracked objects per idle agent. What is left (about 38) is the
 # agent's parked task and its nursery (trio's Task, Context, CancelStatus, CancelScope,
 # Nursery, NurseryManager and their sets and lists, the parked coroutine chain), the session
-# log's own containers, the writer and store handle, and the Agent's records (Agent,
-# AgentHandle, AgentOptions, AgentScope, HookChain, Inbox, AssemblyCache, RequestSeries). The
-# event data, the events and the per-agent caches are not tracked or are shared.
+# log's own containers, the writer and store handle, and the agent's records (the Agent façade
+# and its AgentActor, AgentHandle, AgentOptions, AgentScope, HookChain, Inbox, AssemblyCache,
+# RequestSeries, Workspace). The event data, the events and the per-agent caches are not
+# tracked or are shared (alike agents share one permission Gate).
 TARGET = 40
 LIMITS = {"memory": TARGET, "sqlite": TARGET}
 

@@ -18,6 +18,7 @@ from dsh_agent_loop import (
     tool,
 )
 from dsh_agent_loop.hooks import HookChain, HookScope
+from dsh_agent_loop.testing import actor_of
 
 from .agent.conftest import assert_well_formed, harness, turn_ends
 
@@ -259,11 +260,11 @@ async def test_agent_scoped_hooks_apply_to_that_agent_only(autojump_clock):
         other.agent.followup("go")
         await other.agent.wait_idle()
         assert seen == [("runtime", "main"), ("scoped", "main"), ("runtime", "other")]
-        assert h.agent.hooks.has("waterfall", "agent/pre-step")
+        assert actor_of(h.agent).hooks.has("waterfall", "agent/pre-step")
         await h.handle.dispose()
         dispose_runtime()
-        assert not h.agent.hooks.has("waterfall", "agent/pre-step")
-        assert not other.agent.hooks.has("waterfall", "agent/pre-step")
+        assert not actor_of(h.agent).hooks.has("waterfall", "agent/pre-step")
+        assert not actor_of(other.agent).hooks.has("waterfall", "agent/pre-step")
 
 
 def test_has_and_any_follow_registrations_on_either_bus():
@@ -413,3 +414,42 @@ def test_only_the_bus_reads_its_listener_tables():
             if isinstance(node, ast.Attribute) and node.attr == "_lists":
                 readers.add(cls.name)
     assert readers == {"HookBus"}
+
+
+async def test_hook_payloads_carry_the_public_agent(autojump_clock):
+    """Every hook sees the ``Agent`` users hold (its documented verbs), never the machinery."""
+    seen: dict[str, Any] = {}
+
+    def waterfall(name: str) -> Any:
+        async def listener(payload: Any, next: Any) -> Any:
+            seen[name] = payload["agent"]
+            return await next(payload)
+
+        return listener
+
+    async def serial(payload: Any) -> None:
+        seen["agent/turn-stopping"] = payload["agent"]
+
+    @tool
+    async def noop() -> str:
+        """Do nothing."""
+        return "ok"
+
+    replies = [Reply.tool_calls(("noop", {})), Reply.text("done")]
+    async with harness(replies, tools=[noop]) as h:
+        names = (
+            "agent/pre-step",
+            "agent/request",
+            "system-prompt/assemble",
+            "tools/pre-execute",
+            "tools/execute",
+        )
+        for name in names:
+            h.rt.hooks.waterfall(name, waterfall(name))
+        h.rt.hooks.serial("agent/turn-stopping", serial)
+        h.rt.hooks.on("tools/result", lambda e: seen.setdefault("tools/result", e.data["agent"]))
+        await h.run()
+    assert sorted(seen) == sorted([*names, "agent/turn-stopping", "tools/result"])
+    for name, agent in seen.items():
+        assert agent is h.agent, name
+        assert not hasattr(agent, "log"), name  # the façade shows no machinery

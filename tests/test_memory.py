@@ -68,7 +68,7 @@ async def _bytes_per_idle_agent() -> tuple[float, int]:
             grown = tracemalloc.get_traced_memory()[0] - before
         finally:
             tracemalloc.stop()
-        return grown / AGENTS, len(handles[0].agent.log.events)
+        return grown / AGENTS, len(handles[0].agent.session.events)
 
 
 def test_an_idle_agent_after_a_five_step_turn_stays_under_its_byte_budget() -> None:
@@ -103,7 +103,7 @@ def test_a_turns_event_data_is_compact() -> None:
                 )
                 h.agent.followup("hello")
                 await h.agent.wait_idle()
-                logs.append(h.agent.log.events)
+                logs.append(h.agent.session.events)
             seen: set[int] = set()
             for event in logs[0]:
                 _data_bytes(event.data, seen)

@@ -83,6 +83,7 @@ PINNED = {
         "CancellationReport",
         "Reply",
         "ScriptedModel",
+        "actor_of",
         "explore_cancellation",
         "explore_cancellation_async",
     ],
@@ -134,3 +135,34 @@ def test_the_root_names_what_the_spec_surface_uses() -> None:
         "SequenceConflictError",
     }  # fmt: skip
     assert spec <= set(dsh_agent_loop.__all__)
+
+
+#: The public ``Agent``'s names: a thin façade over its actor (``agent/agent.py``), each name
+#: described in docs/embedding.md's "The Agent API" table.
+AGENT_NAMES = [
+    "approve", "cancel", "children", "closed", "compact", "context_usage", "deny", "flush",
+    "followup", "id", "inbox", "inject", "options", "parent", "pending_approvals",
+    "replace_history", "resolve_approvals", "run", "run_stream", "send", "session",
+    "session_id", "statistics", "status", "steer", "subscribe", "wait_idle",
+]  # fmt: skip
+MAX_AGENT_NAMES = 28
+
+
+def _agent_api_section() -> str:
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "embedding.md").read_text(encoding="utf-8")
+    start = text.index("### The Agent API")
+    return text[start : text.index("\n#", start + 1)]
+
+
+def test_the_agent_shows_only_its_documented_verbs() -> None:
+    from dsh_agent_loop import Agent
+
+    public = sorted(name for name in dir(Agent) if not name.startswith("_"))
+    assert public == sorted(AGENT_NAMES)
+    assert len(public) <= MAX_AGENT_NAMES
+    assert Agent.__slots__ == ("_actor",)  # one small object: it holds its actor, nothing else
+    section = _agent_api_section()
+    undocumented = [n for n in public if f"| `{n}`" not in section and f"| `{n}(" not in section]
+    assert undocumented == []

@@ -34,6 +34,7 @@ from dsh_agent_loop import (
     tool,
 )
 from dsh_agent_loop.llm.base import TextDelta
+from dsh_agent_loop.testing import actor_of
 
 from .agent.conftest import OPTIONS, assert_well_formed, plain, turn_ends, types
 
@@ -306,7 +307,7 @@ def _deadlock_guard(agent: Any) -> Iterator[None]:
     except trio.TooSlowError:
         # A teardown stuck waiting for its own driver is shielded: release it by hand, so that
         # the runtime can exit and the test reports the deadlock.
-        agent._stopped.set()
+        actor_of(agent)._stopped.set()
         raise
 
 
@@ -322,7 +323,7 @@ async def _assert_torn_down(rt: Any, handle: Any, *, disposed: bool) -> list[Eve
     cause = "disposed" if disposed else "self"
     assert turn_ends(events) == [{"kind": "aborted", "cause": cause}]
     assert (rt.agents.get("main") is None) is disposed
-    assert agent.stopped is disposed
+    assert actor_of(agent).stopped is disposed
     return events
 
 
@@ -537,12 +538,12 @@ async def _hang_then_stall(rt: Any, store: _StallingStore) -> None:
 async def test_a_failing_driver_closes_its_writer_and_fails_the_runtime(
     autojump_clock, monkeypatch
 ):
-    from dsh_agent_loop.agent.driver import Agent
+    from dsh_agent_loop.agent._actor import AgentActor
 
     def broken(self: Any) -> bool:
         raise RuntimeError("driver bug")
 
-    monkeypatch.setattr(Agent, "has_work", broken)  # the driver asks it once woken
+    monkeypatch.setattr(AgentActor, "has_work", broken)  # the driver asks it once woken
     store = MemoryStore()
     created: list[str] = []
 

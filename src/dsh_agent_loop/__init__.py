@@ -8,16 +8,17 @@ next step is derived from it.
 from __future__ import annotations
 
 from . import invariants as invariants
+from ._compose import load_config as load_config
 from ._frozen import FrozenDict as FrozenDict
 from ._frozen import thaw as thaw
-from .agent.approvals import ApprovalRequest as ApprovalRequest
+from ._providers import AnthropicProvider as AnthropicProvider
+from ._providers import OpenAIProvider as OpenAIProvider
+from .agent.agent import Agent as Agent
 from .agent.calls import RunStream as RunStream
 from .agent.compaction import Compacted as Compacted
 from .agent.compaction import CompactionError as CompactionError
 from .agent.context import ContextUsage as ContextUsage
 from .agent.delegate import delegate_tool as delegate_tool
-from .agent.driver import Agent as Agent
-from .agent.driver import AgentScope as AgentScope
 from .agent.lifecycle import AgentHandle as AgentHandle
 from .agent.options import AgentOptions as AgentOptions
 from .agent.options import CompactionPolicy as CompactionPolicy
@@ -26,10 +27,15 @@ from .agent.prompt import PromptAssembly as PromptAssembly
 from .agent.prompt import PromptSection as PromptSection
 from .agent.request import PreStepDecision as PreStepDecision
 from .agent.request import Retry as Retry
+from .agent.results import ApprovalRequest as ApprovalRequest
 from .agent.results import ToolCallRecord as ToolCallRecord
+from .agent.results import TurnAbortedError as TurnAbortedError
+from .agent.results import TurnBlockedError as TurnBlockedError
+from .agent.results import TurnError as TurnError
+from .agent.results import TurnFailedError as TurnFailedError
 from .agent.results import TurnResult as TurnResult
+from .agent.services import AgentScope as AgentScope
 from .config import RuntimeConfig as RuntimeConfig
-from .config import load_config as load_config
 from .errors import AgentAlreadyExistsError as AgentAlreadyExistsError
 from .errors import AgentClosedError as AgentClosedError
 from .errors import AgentLoopError as AgentLoopError
@@ -44,18 +50,12 @@ from .errors import SessionOwnershipLostError as SessionOwnershipLostError
 from .errors import StoreCorruptError as StoreCorruptError
 from .errors import StoreError as StoreError
 from .errors import SubscriberOverflowError as SubscriberOverflowError
-from .errors import TurnAbortedError as TurnAbortedError
-from .errors import TurnBlockedError as TurnBlockedError
-from .errors import TurnError as TurnError
-from .errors import TurnFailedError as TurnFailedError
 from .events import Event as Event
 from .hooks import HookBus as HookBus
 from .limits import Limits as Limits
 from .llm.base import Failure as Failure
 from .llm.base import ModelRequest as ModelRequest
 from .llm.base import Usage as Usage
-from .llm.providers import AnthropicProvider as AnthropicProvider
-from .llm.providers import OpenAIProvider as OpenAIProvider
 from .llm.scripted import Reply as Reply
 from .llm.scripted import ScriptedModel as ScriptedModel
 from .llm.stream_limits import StreamLimits as StreamLimits

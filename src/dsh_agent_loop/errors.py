@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .agent.results import TurnResult
-
 __all__ = [
     "AgentAlreadyExistsError",
     "AgentClosedError",
@@ -22,10 +17,6 @@ __all__ = [
     "StoreCorruptError",
     "StoreError",
     "SubscriberOverflowError",
-    "TurnAbortedError",
-    "TurnBlockedError",
-    "TurnError",
-    "TurnFailedError",
 ]
 
 
@@ -88,38 +79,6 @@ class SubscriberOverflowError(AgentLoopError):
         super().__init__(message)
         self.missed = missed
         """How many events the subscriber missed (counted until this error was raised)."""
-
-
-class TurnError(AgentLoopError):
-    """A turn awaited through ``Agent.run`` did not end well; ``result`` is its ``TurnResult``."""
-
-    code = "TURN_ERROR"
-
-    def __init__(
-        self, message: str, *, result: TurnResult | None = None, code: str | None = None
-    ) -> None:
-        super().__init__(message, code=code)
-        self.result = result
-        """The turn's ``TurnResult``, built from the log like a successful one (None only when
-        no turn ran: the queued message was removed before a turn claimed it)."""
-
-
-class TurnFailedError(TurnError):
-    """The turn ended ``error``; ``code`` is the turn's error code (``HTTP_5XX``, ...)."""
-
-    code = "TURN_FAILED"
-
-
-class TurnBlockedError(TurnError):
-    """The turn ended ``blocked`` (an ``agent/pre-step`` listener rejected it)."""
-
-    code = "TURN_BLOCKED"
-
-
-class TurnAbortedError(TurnError):
-    """The turn ended ``aborted`` by another cause than the caller's own cancellation."""
-
-    code = "TURN_ABORTED"
 
 
 class StoreError(AgentLoopError):

@@ -8,6 +8,10 @@ can read (docs/limits.md lists every limit, its default and what happens past it
 is plain data: the runtime reads it once (``open_runtime(limits=...)``, or the config's
 ``limits`` block) and hands it to the parts that enforce it. Stream limits belong to each
 provider (``llm``), because a stream is read by its adapter.
+
+``TurnBudget`` bounds one turn of one agent (steps, tool calls, tokens, seconds). It lives here,
+beside ``Limits``, because both the agent's options and the config's records carry it: a record
+both sides use sits below both.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Final, final
 
 import attrs
 
-__all__ = ["DEFAULT_LIMITS", "Limits"]
+__all__ = ["DEFAULT_LIMITS", "Limits", "TurnBudget"]
 
 
 def _positive_int(_: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -57,3 +61,21 @@ class Limits:
 
 #: The limits of a runtime that sets none.
 DEFAULT_LIMITS: Final = Limits()
+
+
+@final
+@attrs.frozen
+class TurnBudget:
+    """Per-turn limits; exceeding one aborts the turn with cause ``hook`` (SPEC §16).
+
+    The one budget record: agent options carry it, and the config (``turnBudget``) loads into it.
+    """
+
+    max_steps: int | None = None
+    """Steps per turn."""
+    max_tool_calls: int | None = None
+    """Tool calls per turn."""
+    max_total_tokens: int | None = None
+    """Input plus output tokens over the turn."""
+    max_seconds: float | None = None
+    """Wall-clock (or runtime-clock) seconds per turn."""

@@ -32,13 +32,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
 from ._frozen import thaw
+from .agent.agent import actor_of
 from .events import (
     AGENT_DISPOSED,
     ASSISTANT_ATTEMPT,
@@ -58,7 +59,8 @@ from .events import (
 from .hooks import Disposer
 
 if TYPE_CHECKING:
-    from .runtime import Runtime
+    from .agent.lifecycle import Agents
+    from .hooks import HookBus
 
 __all__ = ["trace_runtime"]
 
@@ -68,6 +70,25 @@ TRACER_NAME: Final = "dsh_agent_loop"
 _FINISH_REASONS: Final = {"stop": "stop", "tool-calls": "tool_calls", "max-tokens": "length"}
 #: ``turn/end`` reason kinds that are not failures.
 _OK_KINDS: Final = frozenset({"completed", "max-tokens", "blocked", "awaiting-approval"})
+
+
+class Runtime(Protocol):
+    """What tracing needs of a runtime (``open_runtime``'s): its agents, hooks and clock."""
+
+    @property
+    def agents(self) -> Agents:
+        """The live agents (for an agent's options and log)."""
+        ...
+
+    @property
+    def hooks(self) -> HookBus:
+        """The bus the observers are registered on."""
+        ...
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The runtime's clock (seconds)."""
+        ...
 
 
 def _wall_offset(clock: Callable[[], float]) -> int:
@@ -342,7 +363,7 @@ class _Tracing:
         before = event.seq or 0
         messages = [
             e.data["message"]
-            for e in agent.log.surface.entries
+            for e in actor_of(agent).log.surface.entries
             if e.seq is not None
             and e.seq < before
             and "message" in e.data

@@ -34,8 +34,9 @@ import trio
 
 from ._compose import (
     Policies,
-    adapters_from_arguments,
     builtin_tool,
+    load_config,
+    mcp_servers_from_config,
     options_from_entry,
     protected_paths,
     providers_from_config,
@@ -43,17 +44,17 @@ from ._compose import (
     tools_from_config,
 )
 from ._gc import GcFreezer
+from ._providers import AnthropicProvider, OpenAIProvider, adapters_from_arguments
 from .agent.delegate import delegate_tool
-from .agent.driver import Services
 from .agent.lifecycle import Agents, Setup
 from .agent.options import AgentOptions, CompactionPolicy
-from .config import RuntimeConfig, Settings, load_config
+from .agent.services import Services
+from .config import RuntimeConfig, Settings
 from .errors import AgentLoopError
 from .events import CONFIG_START_FAILED, make_event
 from .hooks import HookBus, call_observer
 from .limits import Limits
 from .llm.base import ModelAdapter
-from .llm.providers import AnthropicProvider, OpenAIProvider
 from .llm.router import ModelRouter
 from .mcp import McpServer, McpServers, open_mcp_servers
 from .permissions import Permissions
@@ -447,7 +448,7 @@ def _open_mcp(
     config: RuntimeConfig, explicit: Iterable[McpServer], limits: Limits
 ) -> AbstractAsyncContextManager[McpServers]:
     """The config's MCP servers and ``open_runtime``'s (which win by name), not yet started."""
-    declared = [McpServer.from_config(n, c) for n, c in config.mcp_servers.items()]
+    declared = mcp_servers_from_config(config)
     return open_mcp_servers([*declared, *explicit], limits=limits)
 
 

@@ -6,11 +6,12 @@ import gc
 from typing import Any
 
 from dsh_agent_loop import Reply
+from dsh_agent_loop.agent._actor import AgentActor
 from dsh_agent_loop.agent.attempt import Attempt
-from dsh_agent_loop.agent.driver import Agent
 from dsh_agent_loop.agent.turn import Turn
 from dsh_agent_loop.llm.assemble import FOLD_CHUNK, Assembler
 from dsh_agent_loop.llm.base import BlockEnd, BlockStart, TextDelta, ToolCallDelta
+from dsh_agent_loop.testing import actor_of
 
 from .conftest import harness, wait_until
 
@@ -24,15 +25,15 @@ def _fed(*chunks: object) -> Assembler:
 
 async def test_closing_an_attempt_without_a_stream_appends_nothing(autojump_clock):
     async with harness([Reply.text("hi")]) as h:
-        attempt = Attempt(Turn(h.agent, 1), h.agent, 1)
-        size = len(h.agent.log)
+        attempt = Attempt(Turn(actor_of(h.agent), 1), actor_of(h.agent), 1)
+        size = len(h.agent.session)
         assert attempt.close() == []
-        assert len(h.agent.log) == size
+        assert len(h.agent.session) == size
 
 
 async def test_an_empty_cut_stream_is_an_aborted_attempt(autojump_clock):
     async with harness([Reply.text("hi")]) as h:
-        attempt = Attempt(Turn(h.agent, 1), h.agent, 2)
+        attempt = Attempt(Turn(actor_of(h.agent), 1), actor_of(h.agent), 2)
         attempt.asm = Assembler()
         assert attempt.close() == []
         [event] = h.events[-1:]
@@ -45,7 +46,7 @@ async def test_an_empty_cut_stream_is_an_aborted_attempt(autojump_clock):
 
 async def test_a_cut_stream_keeps_the_delivered_prefix_and_returns_whole_calls(autojump_clock):
     async with harness([Reply.text("hi")]) as h:
-        attempt = Attempt(Turn(h.agent, 1), h.agent, 1)
+        attempt = Attempt(Turn(actor_of(h.agent), 1), actor_of(h.agent), 1)
         attempt.asm = _fed(
             BlockStart(0, "text"),
             TextDelta(0, "Hel"),
@@ -69,13 +70,13 @@ async def test_a_cut_stream_keeps_the_delivered_prefix_and_returns_whole_calls(a
 
 async def test_attempt_start_is_published_to_listeners_only(autojump_clock, monkeypatch):
     notified: list[str] = []
-    notify = Agent.notify
+    notify = AgentActor.notify
 
     def spy(self: Any, event_type: str, data: Any) -> None:
         notified.append(event_type)
         notify(self, event_type, data)
 
-    monkeypatch.setattr(Agent, "notify", spy)
+    monkeypatch.setattr(AgentActor, "notify", spy)
     async with harness([Reply.error("HTTP_5XX", "busy"), Reply.text("hi")]) as h:
         await h.run()
         assert "agent/attempt-start" not in notified  # nobody listened: nothing was built
@@ -108,7 +109,7 @@ async def test_an_ended_turn_keeps_no_attempt_so_its_turn_is_collected(autojump_
         agent = h.agent
 
         def started(_: object) -> None:
-            turn = agent.running_turn
+            turn = actor_of(agent).running_turn
             assert turn is not None
             assert turn.attempt is not None
             turns.append(turn)

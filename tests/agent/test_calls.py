@@ -26,7 +26,7 @@ from dsh_agent_loop import (
 from dsh_agent_loop.agent.calls import CALL_CANCEL_TIMEOUT
 from dsh_agent_loop.agent.output import FINAL_RESULT
 from dsh_agent_loop.session.writer import SessionWriter
-from dsh_agent_loop.testing import explore_cancellation
+from dsh_agent_loop.testing import actor_of, explore_cancellation
 
 from .conftest import OPTIONS, assert_well_formed, harness, plain, turn_ends, user_texts, wait_until
 
@@ -196,14 +196,14 @@ async def test_each_run_follows_its_own_message_when_the_inbox_is_reordered(auto
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ask, "plain")  # turn 1, hangs
-            await wait_until(lambda: h.agent.log.state.turn == 1)
+            await wait_until(lambda: actor_of(h.agent).log.state.turn == 1)
             nursery.start_soon(ask, "a")
             await wait_until(lambda: len(h.agent.inbox.next_turn) == 1)
             nursery.start_soon(ask, "b")
             await wait_until(lambda: len(h.agent.inbox.next_turn) == 2)
             first, second = h.agent.inbox.next_turn
             h.agent.inbox.splice("next-turn", 0, 2, (second, first))  # b now runs before a
-            h.agent.abort_turn(1)
+            actor_of(h.agent).abort_turn(1)
         assert isinstance(results["plain"], TurnAbortedError)
         assert (results["b"].turn, results["b"].text) == (2, "echo b")
         assert (results["a"].turn, results["a"].text) == (3, "echo a")
@@ -275,7 +275,7 @@ async def test_disposal_ends_the_running_call_aborted_and_the_queued_one_closed(
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ask, "first")
-            await wait_until(lambda: h.agent.log.state.turn == 1)
+            await wait_until(lambda: actor_of(h.agent).log.state.turn == 1)
             nursery.start_soon(ask, "second")
             await trio.sleep(1)
             await h.handle.dispose()
@@ -297,7 +297,7 @@ async def test_a_queued_message_discarded_by_someone_else_raises_aborted(autojum
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ask, "first")
-            await wait_until(lambda: h.agent.log.state.turn == 1)
+            await wait_until(lambda: actor_of(h.agent).log.state.turn == 1)
             nursery.start_soon(ask, "second")
             await wait_until(lambda: len(h.agent.inbox.next_turn) == 1)
             h.agent.cancel()  # aborts turn 1 and clears the inbox
@@ -319,7 +319,7 @@ async def test_cancel_while_queued_removes_the_message(autojump_clock):
                     await h.agent.run("first")
 
             nursery.start_soon(first)
-            await wait_until(lambda: h.agent.log.state.turn == 1)
+            await wait_until(lambda: actor_of(h.agent).log.state.turn == 1)
             with trio.move_on_after(5) as scope:
                 await h.agent.run("second")
             assert scope.cancelled_caught
@@ -351,7 +351,7 @@ async def test_cancel_while_running_aborts_that_turn_and_the_next_queued_runs(au
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(first)
-            await wait_until(lambda: h.agent.log.state.turn == 1)
+            await wait_until(lambda: actor_of(h.agent).log.state.turn == 1)
             nursery.start_soon(queued)
         assert done_at == [5.0]
         # Cancelled propagated only after the aborted turn's turn/end was stored

@@ -7,6 +7,7 @@ import trio
 
 from dsh_agent_loop import Reply, ScriptedModel, tool
 from dsh_agent_loop.llm.base import PreparedCall
+from dsh_agent_loop.testing import actor_of
 
 from .conftest import assert_well_formed, harness, of_type, plain, turn_ends, types, user_texts
 
@@ -455,7 +456,7 @@ async def test_dispose_never_latches(autojump_clock):
         assert turn_ends(h.events) == [{"kind": "aborted", "cause": "disposed"}]
         assert len(h.of_type("turn/start")) == 1
         assert len(h.model.requests) == 1
-        assert h.agent.stopped
+        assert actor_of(h.agent).stopped
         stored = await h.rt.store.open(h.agent.session_id)
         assert types(await stored.read()) == h.types()
         assert_well_formed(h.events)

@@ -1,4 +1,4 @@
-"""``agent/driver.py``: the agent's task and nursery, and a driver that runs while there is work.
+"""``agent/_actor.py``: the agent's task and nursery, and a driver that runs while there is work.
 
 Each agent is one task (its session writer runs in it) with its own nursery; the driver is
 started in that nursery by a wake that finds none running, and ends when no wake is left.
@@ -13,6 +13,7 @@ import trio.testing
 
 from dsh_agent_loop import AgentOptions, Reply, ScriptedModel, open_runtime, tool
 from dsh_agent_loop.events import Event
+from dsh_agent_loop.testing import actor_of
 
 from .conftest import assert_well_formed, harness, turn_ends
 
@@ -21,7 +22,7 @@ OPTIONS = AgentOptions(id="main", provider="scripted", model="m")
 
 def _agent_nursery(rt: Any, agent: Any) -> trio.Nursery:
     """The nursery of ``agent``'s own task (the one its driver runs in)."""
-    nursery = agent._nursery
+    nursery = actor_of(agent).nursery
     assert nursery is not None
     assert nursery.parent_task.name.endswith("Agents._run_agent")
     return nursery  # type: ignore[no-any-return]
@@ -34,7 +35,7 @@ async def test_an_idle_agent_has_no_driver_task(autojump_clock):
         assert nursery.child_tasks == set()  # created, idle: only the agent's own task
         h.agent.followup("go")
         [driver] = nursery.child_tasks  # started by the wake itself
-        assert driver.name.endswith("Agent._drive")
+        assert driver.name.endswith("AgentActor._drive")
         await h.agent.wait_idle()
         await trio.testing.wait_all_tasks_blocked()
         assert nursery.child_tasks == set()  # idle again: the driver ended
@@ -60,7 +61,7 @@ async def test_each_agent_is_one_task_under_the_runtime(autojump_clock):
 async def test_queued_turns_run_in_one_driver_and_each_idle_burst_gets_a_new_one(autojump_clock):
     started: list[trio.lowlevel.Task] = []
     async with harness([Reply.text("a"), Reply.text("b"), Reply.text("c")]) as h:
-        h.agent.on_driver_start = lambda agent, task: started.append(task)
+        actor_of(h.agent).on_driver_start = lambda agent, task: started.append(task)
         h.agent.followup("one")
         h.agent.followup("two")  # queued while the first is pending: the same driver runs it
         await h.agent.wait_idle()
@@ -78,7 +79,7 @@ async def test_work_queued_before_the_agents_task_runs_is_not_lost(autojump_cloc
     async with open_runtime(providers={"scripted": model}) as rt:
         handle = await rt.agents.create(options=OPTIONS)
         # no checkpoint since create: the agent's task has not run, it has no nursery yet
-        assert handle.agent._nursery is None
+        assert actor_of(handle.agent).nursery is None
         handle.agent.followup("go")
         assert handle.agent.status.value == "running"
         await handle.agent.wait_idle()
@@ -132,14 +133,14 @@ async def test_stop_while_idle_ends_at_once_and_while_running_waits_for_the_driv
         idle = await rt.agents.create(options=AgentOptions(id="idle", provider="scripted"))
         await trio.testing.wait_all_tasks_blocked()
         with trio.fail_after(0.001):
-            await idle.agent.stop()
-        assert idle.agent.stopped
+            await actor_of(idle.agent).stop()
+        assert actor_of(idle.agent).stopped
         busy = await rt.agents.create(options=OPTIONS)
         busy.agent.followup("go")
         await started.wait()
-        assert not busy.agent.stopped
-        await busy.agent.stop()
-        assert busy.agent.stopped
+        assert not actor_of(busy.agent).stopped
+        await actor_of(busy.agent).stop()
+        assert actor_of(busy.agent).stopped
         assert _agent_nursery(rt, busy.agent).child_tasks == set()
         assert turn_ends(busy.agent.session.events) == [{"kind": "aborted", "cause": "disposed"}]
 
@@ -150,7 +151,7 @@ async def test_in_driver_tree_is_true_in_a_tool_and_false_outside(autojump_clock
     @tool
     async def probe() -> str:
         """Report."""
-        seen.append(agent_ref[0].in_driver_tree())
+        seen.append(actor_of(agent_ref[0]).in_driver_tree())
         return "ok"
 
     agent_ref: list[Any] = []
@@ -158,10 +159,10 @@ async def test_in_driver_tree_is_true_in_a_tool_and_false_outside(autojump_clock
         [Reply.tool_calls(("probe", {}, "c1")), Reply.text("x")], tools=[probe]
     ) as h:
         agent_ref.append(h.agent)
-        assert not h.agent.in_driver_tree()
+        assert not actor_of(h.agent).in_driver_tree()
         await h.run("go")
         assert seen == [True]
-        assert not h.agent.in_driver_tree()
+        assert not actor_of(h.agent).in_driver_tree()
 
 
 async def test_an_outer_cancel_reaches_no_agent_until_the_runtime_disposes_it(autojump_clock):
@@ -186,4 +187,4 @@ async def test_an_outer_cancel_reaches_no_agent_until_the_runtime_disposes_it(au
     events = handle.agent.session.events
     assert turn_ends(events) == [{"kind": "aborted", "cause": "disposed"}]
     assert_well_formed(events)
-    assert handle.agent.stopped
+    assert actor_of(handle.agent).stopped

@@ -1,4 +1,4 @@
-"""The agent modules import each other without a cycle (imports under TYPE_CHECKING aside)."""
+"""The agent modules import each other without a cycle (imports under TYPE_CHECKING included)."""
 
 from __future__ import annotations
 
@@ -17,23 +17,13 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports(path: Path) -> set[str]:
-    """Package modules ``path`` imports at run time (module level or inside functions)."""
+    """Package modules ``path`` imports (module level, inside functions, for types)."""
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
@@ -82,8 +72,9 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_agent_modules_have_no_import_cycle() -> None:
     graph = _graph(PACKAGE / "agent")
     assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
-    # the turn machine depends downward only: driver -> turn -> attempt -> series
-    assert "dsh_agent_loop.agent.driver" not in graph["dsh_agent_loop.agent.turn"]
+    # the turn machine depends downward only: actor -> turn -> attempt -> series
+    assert "dsh_agent_loop.agent._actor" not in graph["dsh_agent_loop.agent.turn"]
+    assert "dsh_agent_loop.agent.agent" not in graph["dsh_agent_loop.agent.turn"]
     assert "dsh_agent_loop.agent.turn" not in graph["dsh_agent_loop.agent.attempt"]
 
 

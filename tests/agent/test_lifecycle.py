@@ -20,6 +20,7 @@ from dsh_agent_loop import (
     SessionNotFoundError,
     open_runtime,
 )
+from dsh_agent_loop.testing import actor_of
 
 from ..session.logs import LogBuilder
 from .conftest import OPTIONS, assert_well_formed, plain, turn_ends, types
@@ -144,7 +145,7 @@ async def test_dispose_is_idempotent_and_concurrent_callers_share_it(autojump_cl
         await handle.dispose()
         assert len(disposed) == 1
         assert rt.agents.get("main") is None
-        assert handle.agent.stopped
+        assert actor_of(handle.agent).stopped
         # a disposed agent takes no message (item 15: AgentClosedError, tested further below)
         with pytest.raises(AgentClosedError):
             handle.agent.followup("ignored")
@@ -160,7 +161,7 @@ async def test_a_stale_disposer_cannot_remove_a_newer_agent(autojump_clock):
         new = await rt.agents.create(options=OPTIONS)
         await old.dispose()
         assert rt.agents.get("main") is new.agent
-        assert not new.agent.stopped
+        assert not actor_of(new.agent).stopped
         new.agent.followup("go")
         await new.agent.wait_idle()
         assert turn_ends(new.agent.session.events) == [{"kind": "completed"}]
@@ -181,15 +182,15 @@ async def test_scoped_hooks_and_tools_vanish_with_the_agent(autojump_clock):
     async with runtime(ScriptedModel([Reply.text("a")])) as rt:
         handle = await rt.agents.create(options=OPTIONS, setup=setup)
         agent = handle.agent
-        assert agent.hooks.has("on", "agent/status")
+        assert actor_of(agent).hooks.has("on", "agent/status")
         agent.followup("go")
         await agent.wait_idle()
         (request,) = rt.router.get("scripted").requests
         assert [t["name"] for t in request.tools] == ["mine"]
         assert request.messages[0]["content"][0]["text"] == "scoped persona"
         await handle.dispose()
-        assert not agent.hooks.has("on", "agent/status")
-        assert agent.scope.tools == {}
+        assert not actor_of(agent).hooks.has("on", "agent/status")
+        assert actor_of(agent).scope.tools == {}
         assert not rt.hooks.has("on", "agent/status")
 
 
@@ -440,7 +441,7 @@ async def test_a_raising_lifecycle_observer_breaks_nothing(autojump_clock, caplo
         await handle.agent.wait_idle()
         await handle.dispose()
         assert rt.agents.get("main") is None
-        assert handle.agent.stopped
+        assert actor_of(handle.agent).stopped
         events = handle.agent.session.events
         assert turn_ends(events) == [{"kind": "completed"}]
         (info,) = await rt.store.list()
@@ -481,10 +482,10 @@ async def test_agents_with_the_same_options_share_one_header_options_record(auto
         a = await rt.agents.create(options=AgentOptions(id="a", provider="scripted", model="m"))
         b = await rt.agents.create(options=AgentOptions(id="b", provider="scripted", model="m"))
         c = await rt.agents.create(options=AgentOptions(id="c", provider="scripted", model="x"))
-        record = a.agent.log.header["options"]
+        record = a.agent.session.header["options"]
         assert record == {"provider": "scripted", "model": "m"}
-        assert b.agent.log.header["options"] is record  # shared, not one copy per agent
-        assert c.agent.log.header["options"]["model"] == "x"
+        assert b.agent.session.header["options"] is record  # shared, not one copy per agent
+        assert c.agent.session.header["options"]["model"] == "x"
 
 
 async def test_runtime_exit_disposes_idle_busy_and_nested_agents_once_each(autojump_clock):
@@ -518,7 +519,7 @@ async def test_runtime_exit_disposes_idle_busy_and_nested_agents_once_each(autoj
     assert sorted(disposed) == sorted([*(f"idle-{n}" for n in range(5)), "main", "child", "busy"])
     assert disposed.index("child") < disposed.index("main")  # the child's log closes first
     for handle in [*idle, parent, child, busy]:
-        assert handle.agent.stopped
+        assert actor_of(handle.agent).stopped
         assert rt.agents.get(handle.agent.id) is None
         writer = await store.open(handle.session_id, "write")  # ownership was released
         assert await writer.read() == handle.agent.session.events  # everything committed
@@ -581,7 +582,7 @@ async def test_default_session_ids_are_distinct_random_uuids(autojump_clock):
             assert uuid_module.UUID(sid[-36:]).version == 4
             assert re.fullmatch(
                 r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00",
-                handle.agent.log.header["created_at"],
+                handle.agent.session.header["created_at"],
             )
             ids.add(sid[-36:])
         assert len(ids) == 300
@@ -594,9 +595,9 @@ async def test_header_options_holding_a_list_are_shared_and_frozen(autojump_cloc
             for i in ("a", "b")
         ]
         a, b = [await rt.agents.create(options=o) for o in options]
-        record = a.agent.log.header["options"]
+        record = a.agent.session.header["options"]
         assert record["require_approval"] == ("x", "y")
-        assert b.agent.log.header["options"] is record
+        assert b.agent.session.header["options"] is record
 
 
 def test_session_id_suffixes_are_version_4_uuids_of_random_bits() -> None:
@@ -628,9 +629,9 @@ async def test_created_at_is_the_creation_time_to_the_millisecond(autojump_clock
                 options=AgentOptions(id=f"a{n}", provider="scripted", model="m")
             )
             after = datetime.now(UTC)
-            created = datetime.fromisoformat(handle.agent.log.header["created_at"])
+            created = datetime.fromisoformat(handle.agent.session.header["created_at"])
             assert before - timedelta(milliseconds=1) < created <= after
-            stamps.append(handle.agent.log.header["created_at"])
+            stamps.append(handle.agent.session.header["created_at"])
         assert stamps == sorted(stamps)
 
 

@@ -17,6 +17,7 @@ from dsh_agent_loop.agent.output import (
     OutputRegistry,
     output_schema,
 )
+from dsh_agent_loop.testing import actor_of
 
 from .conftest import assert_well_formed, harness, plain, turn_ends, user_texts
 
@@ -56,11 +57,25 @@ async def ask(h: Any, output_type: Any, retries: int = 2, message: str = "go") -
     """Queue ``message`` as a structured-output turn, run it, and take its value."""
     agent = h.agent
     message_id = agent.inbox.new_id()
-    agent._expect_output(message_id, output_type, retries)
+    expect(agent, message_id, output_type, retries)
     agent.send(message, wake=False, message_id=message_id)
-    agent._wake()
+    actor_of(agent).wake()
     await agent.wait_idle()
-    return agent._take_output(agent.log.state.turn)
+    return take(agent, actor_of(agent).log.state.turn)
+
+
+def expect(agent: Any, message_id: str, output_type: Any, retries: int) -> None:
+    """Register ``output_type`` for the pending ``message_id`` (what ``run`` does first)."""
+    actor = actor_of(agent)
+    if actor.outputs is None:
+        actor.outputs = OutputRegistry()
+    actor.outputs.expect(message_id, output_type, retries)
+
+
+def take(agent: Any, turn: int) -> Any:
+    """The value turn ``turn`` produced (forgotten now), or None (what ``run`` reads)."""
+    outputs = actor_of(agent).outputs
+    return None if outputs is None else outputs.take(turn)
 
 
 def offered(request: Any, name: str = FINAL_RESULT) -> dict[str, Any] | None:
@@ -272,8 +287,8 @@ async def test_turns_without_output_type_offer_no_final_result(autojump_clock):
         assert offered(second) is not None
         assert offered(third) is None
         assert turn_ends(h.events) == [{"kind": "completed"}] * 3
-        assert h.agent.outputs.specs == {}
-        assert h.agent.outputs.values == {}  # taken
+        assert actor_of(h.agent).outputs.specs == {}
+        assert actor_of(h.agent).outputs.values == {}  # taken
         assert_well_formed(h.events)
 
 
@@ -293,11 +308,11 @@ async def test_final_result_replaces_a_tool_of_that_name_in_structured_turns(aut
 async def test_a_registration_whose_message_was_removed_is_forgotten(autojump_clock):
     async with harness([Reply.text("a")]) as h:
         agent = h.agent
-        agent._expect_output("gone", int, 2)
+        expect(agent, "gone", int, 2)
         agent.send("never runs", wake=False, message_id="gone")
         assert agent.inbox.remove("gone")
         await h.run("plain")
-        assert agent.outputs.specs == {}
+        assert actor_of(agent).outputs.specs == {}
         assert offered(h.model.requests[0]) is None
         assert turn_ends(h.events) == [{"kind": "completed"}]
 
@@ -305,8 +320,8 @@ async def test_a_registration_whose_message_was_removed_is_forgotten(autojump_cl
 async def test_take_output_without_registrations_is_none(autojump_clock):
     async with harness([Reply.text("a")]) as h:
         await h.run()
-        assert h.agent.outputs is None  # nothing registered: nothing made
-        assert h.agent._take_output(1) is None
+        assert actor_of(h.agent).outputs is None  # nothing registered: nothing made
+        assert take(h.agent, 1) is None
 
 
 # --- registrations and schemas (no turns) -------------------------------------------------------
@@ -412,11 +427,11 @@ async def test_a_valid_call_ends_the_turn_even_with_next_step_work_pending(autoj
         Reply.text("the next turn"),
     ]
     async with harness(replies, tools=[note]) as h:
-        h.agent._expect_output("q", int, 2)
+        expect(h.agent, "q", int, 2)
         h.agent.send("go", wake=False, message_id="q")
-        h.agent._wake()
+        actor_of(h.agent).wake()
         await h.agent.wait_idle()
-        assert h.agent._take_output(1) == 7
+        assert take(h.agent, 1) == 7
         assert turn_ends(h.events) == [{"kind": "completed"}] * 2
         turn_of_first_answer = [e.data["turn"] for e in h.of_type("step/end")]
         assert turn_of_first_answer == [1, 2]  # turn 1 made one request; the context waited
@@ -439,7 +454,7 @@ async def test_run_returns_the_structured_output(autojump_clock):
         assert result.reason == {"kind": "completed"}
         codes = [call.error for call in result.tool_calls]
         assert codes == ["INVALID_ARGUMENTS", None]
-        assert h.agent.outputs.values == {}  # run() took it
+        assert actor_of(h.agent).outputs.values == {}  # run() took it
 
 
 async def test_run_without_output_type_has_no_output(autojump_clock):

@@ -24,6 +24,7 @@ from dsh_agent_loop import (
 )
 from dsh_agent_loop.permissions import Permissions
 from dsh_agent_loop.sandbox import Sandbox
+from dsh_agent_loop.testing import actor_of
 
 from .conftest import assert_well_formed, parent_child_runtime, plain, turn_ends
 
@@ -223,7 +224,7 @@ async def test_always_is_remembered_across_a_resume(tmp_path: Path) -> None:
         assert agent.approve("c1", always=True) == "write_file(a.txt)"
         await agent.wait_idle()
         assert (work / "a.txt").read_text() == "one"
-        assert agent.log.state.granted == ("write_file(a.txt)",)
+        assert actor_of(agent).log.state.granted == ("write_file(a.txt)",)
 
     second = ScriptedModel(
         [
@@ -280,7 +281,7 @@ async def test_always_for_a_command_allows_that_exact_command_only(tmp_path: Pat
         # approving the same command "always" again records nothing new
         assert agent.approve("c3") is None
         await agent.wait_idle()
-        assert agent.log.state.granted == (r"run_command(echo a\*)",)
+        assert actor_of(agent).log.state.granted == (r"run_command(echo a\*)",)
 
 
 async def test_always_for_a_path_outside_the_cwd_records_no_rule(tmp_path: Path) -> None:
@@ -368,3 +369,22 @@ async def test_the_policy_judges_the_arguments_a_pre_execute_hook_returns(tmp_pa
         await agent.wait_idle()
         events = agent.session.events
     assert denials(events) == {"c1": "Error: tool call denied by rule 'write_file(secret/**)'"}
+
+
+async def test_alike_agents_share_one_gate_and_its_cache(tmp_path: Path) -> None:
+    """A gate (and its cache of free tools) is made once per alike agents, not per agent."""
+    model = ScriptedModel([Reply.tool_calls(("fetch", {"url": "u"})), Reply.text("ok")], loop=True)
+    async with open_runtime(providers={"scripted": model}, tools=[fetch, guarded]) as rt:
+        made = [
+            (await rt.agents.create(options=attrs.evolve(options(cwd), id=name))).agent
+            for name, cwd in (("a", tmp_path), ("b", tmp_path), ("c", tmp_path / "other"))
+        ]
+        for agent in made:
+            agent.followup("go")
+            await agent.wait_idle()
+        a, b, c = (actor_of(agent).permission_gate for agent in made)
+        assert a is not None
+        assert a is b  # same policy, require_approval and cwd
+        assert c is not a  # another cwd: its own gate
+        ran = [list(codes(agent.session.events).values()) for agent in made]
+        assert ran == [[None]] * 3  # each agent's fetch ran

@@ -16,6 +16,7 @@ from dsh_agent_loop import (
     tool,
 )
 from dsh_agent_loop.agent.prompt import SystemDraft, reconcile, render
+from dsh_agent_loop.testing import actor_of
 
 from .conftest import assert_well_formed, harness, plain
 
@@ -56,7 +57,7 @@ async def test_in_history_route_appends_a_new_node_when_the_persona_changes(auto
         replies, options=persona_options("A"), system_prompt_update="in-history"
     ) as h:
         await h.run("one")
-        h.agent.scope.persona = "B"
+        actor_of(h.agent).scope.persona = "B"
         await h.run("two")
         systems = h.of_type("system/message")
         assert [s.surface_op for s in systems] == [None, None]
@@ -75,7 +76,7 @@ async def test_in_history_route_appends_a_new_node_when_the_persona_changes(auto
         (context,) = h.of_type("request/context")
         assert context.data["system_prompt_update"] == "in-history"
         # switching back to the old text appends again (the latest node is what counts)
-        h.agent.scope.persona = "A"
+        actor_of(h.agent).scope.persona = "A"
         await h.run("three")
         assert [s.data["message"]["content"][0]["text"] for s in h.of_type("system/message")] == [
             "A",
@@ -89,7 +90,7 @@ async def test_head_route_replaces_node_zero(autojump_clock):
     async with harness([Reply.text("a"), Reply.text("b")], options=persona_options("A")) as h:
         await h.run("one")
         head = h.of_type("system/message")[0]
-        h.agent.scope.persona = "B"
+        actor_of(h.agent).scope.persona = "B"
         await h.run("two")
         replacement = h.of_type("system/message")[1]
         assert plain(replacement.surface_op) == {
@@ -115,7 +116,7 @@ async def test_a_new_series_consolidates_in_history_nodes(autojump_clock):
         replies, options=persona_options("A"), system_prompt_update="in-history"
     ) as h:
         await h.run("one")
-        h.agent.scope.persona = "B"
+        actor_of(h.agent).scope.persona = "B"
         await h.run("two")
         head, later = h.of_type("system/message")
         h.rt.add_tool(extra)  # the visible tools change: a new series starts
@@ -181,7 +182,7 @@ async def test_a_foreign_replacement_starts_a_series(autojump_clock):
             },
             surface_op={"op": "replace", "start_seq": user.seq, "end_seq": answer.seq},
         )
-        h.agent.log.append(summary)
+        actor_of(h.agent).log.append(summary)
         await h.run("two")
         assert [e.data["reason"] for e in h.of_type("request/header")] == ["initial", "series"]
         messages = h.model.requests[1].messages
@@ -255,7 +256,7 @@ async def test_an_empty_prompt_reserves_node_zero_without_a_wire_message(autojum
         (node,) = h.of_type("system/message")
         assert node.data["message"]["content"] == ()
         assert system_texts(h.agent.session.derive_messages()) == []
-        h.agent.scope.persona = "Now with a persona."
+        actor_of(h.agent).scope.persona = "Now with a persona."
         await h.run("two")
         replacement = h.of_type("system/message")[1]
         assert plain(replacement.surface_op)["start_seq"] == node.seq

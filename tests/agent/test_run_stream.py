@@ -16,6 +16,7 @@ from dsh_agent_loop import (
     TurnResult,
 )
 from dsh_agent_loop.agent.output import FINAL_RESULT
+from dsh_agent_loop.testing import actor_of
 
 from .conftest import assert_well_formed, harness, turn_ends, user_texts, wait_until
 
@@ -99,7 +100,7 @@ async def test_events_are_exactly_this_turns_events_and_frames(autojump_clock):
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(other)
-            await wait_until(lambda: h.agent.log.state.turn == 1)
+            await wait_until(lambda: actor_of(h.agent).log.state.turn == 1)
             async with h.agent.run_stream("my turn") as stream:
                 seen = [event async for event in stream.events()]
                 result = await stream.result()
@@ -141,7 +142,7 @@ async def test_leaving_the_block_early_cancels_the_turn(autojump_clock):
 async def test_leaving_the_block_while_queued_removes_the_message(autojump_clock):
     async with harness([Reply.hang(after_text="busy")]) as h:
         h.agent.followup("busy work")
-        await wait_until(lambda: h.agent.log.state.turn == 1)
+        await wait_until(lambda: actor_of(h.agent).log.state.turn == 1)
         async with h.agent.run_stream("never mind") as stream:
             message_id = stream.message_id
             assert [m["id"] for m in h.agent.inbox.next_turn] == [message_id]
@@ -166,7 +167,7 @@ async def test_result_raises_the_turn_error(autojump_clock):
 async def test_disposal_while_queued_ends_the_stream_and_raises_closed(autojump_clock):
     async with harness([Reply.hang()]) as h:
         h.agent.followup("busy")
-        await wait_until(lambda: h.agent.log.state.turn == 1)
+        await wait_until(lambda: actor_of(h.agent).log.state.turn == 1)
         async with h.agent.run_stream("queued") as stream:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(h.handle.dispose)

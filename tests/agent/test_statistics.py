@@ -7,6 +7,7 @@ import trio
 
 from dsh_agent_loop import AgentOptions, MemoryStore, Reply, ScriptedModel, open_runtime, tool
 from dsh_agent_loop.llm.base import Usage
+from dsh_agent_loop.testing import actor_of
 
 from .conftest import OPTIONS, harness
 
@@ -89,7 +90,7 @@ async def test_async_with_handle_disposes_on_exit(autojump_clock) -> None:
             await handle.agent.wait_idle()
         assert rt.agents.get("main") is None
         assert handle.agent.closed
-        assert handle.agent.stopped
+        assert actor_of(handle.agent).stopped
 
 
 async def test_async_with_handle_disposes_on_an_exception(autojump_clock) -> None:
@@ -121,6 +122,6 @@ async def test_async_with_handle_disposes_when_cancelled(autojump_clock) -> None
         assert scope.cancelled_caught
         # the teardown was shielded: it finished although the block was cancelled
         assert rt.agents.get("main") is None
-        assert handle.agent.stopped
+        assert actor_of(handle.agent).stopped
         stored = await rt.store.open("s1", "write")  # ownership was released
         await stored.close()

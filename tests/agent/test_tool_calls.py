@@ -9,6 +9,7 @@ from pathlib import Path
 import trio
 
 from dsh_agent_loop import Deny, Reply, Tool, ToolContext, ToolResult, tool
+from dsh_agent_loop.testing import actor_of
 
 from .conftest import assert_well_formed, harness, plain, turn_ends
 
@@ -274,7 +275,7 @@ async def test_tool_call_is_durable_before_its_handler_runs(autojump_clock):
 
 
 async def test_every_flush_of_a_turn_goes_through_the_one_barrier(autojump_clock, monkeypatch):
-    """The durability barrier has one entry point, ``Agent.flush``, for every batch shape."""
+    """The durability barrier has one entry point, the actor's ``flush``, for every batch shape."""
     callers: list[str] = []
     barrier: list[int] = []
 
@@ -292,9 +293,10 @@ async def test_every_flush_of_a_turn_goes_through_the_one_barrier(autojump_clock
         Reply.text("ok"),
     ]
     async with harness(replies, tools=[probe, excl]) as h:
-        writer_type = type(h.agent.writer)
+        writer_type = type(actor_of(h.agent).writer)
         original_flush = writer_type.flush
-        original_barrier = type(h.agent).flush
+        actor_type = type(actor_of(h.agent))
+        original_barrier = actor_type.flush
 
         def flush(self):  # the writer's flush: who asked?
             frame = sys._getframe(1).f_code
@@ -306,11 +308,11 @@ async def test_every_flush_of_a_turn_goes_through_the_one_barrier(autojump_clock
             return original_barrier(self)
 
         monkeypatch.setattr(writer_type, "flush", flush)
-        monkeypatch.setattr(type(h.agent), "flush", counted)
+        monkeypatch.setattr(actor_type, "flush", counted)
         await h.run()
         monkeypatch.undo()
         assert callers  # the turn flushed ...
-        assert set(callers) == {"agent/flush"}  # ... only through Agent.flush
+        assert set(callers) == {"agent/flush"}  # ... only through the one barrier
         assert len(barrier) == len(callers) >= 4  # one call, a pass, the exclusive call, the end
         assert_well_formed(h.events)
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import strategies as st
 
+import dsh_agent_loop
 from dsh_agent_loop.config import (
     PLUGIN_NAME,
     AgentEntry,
@@ -22,7 +23,6 @@ from dsh_agent_loop.config import (
     SettingsLayer,
     TimeoutConfig,
     TurnBudget,
-    load_config,
 )
 from dsh_agent_loop.config.providers import StreamLimitsConfig
 from dsh_agent_loop.errors import ConfigError
@@ -58,8 +58,9 @@ def config_with(
 
 
 def error_of(source: Any, **kwargs: Any) -> str:
+    """The one-line fault of loading ``source`` the way users do (tool lists checked too)."""
     with pytest.raises(ConfigError) as info:
-        load_config(source, **kwargs)
+        dsh_agent_loop.load_config(source, **kwargs)
     assert info.value.code == "CONFIG_INVALID"
     message = str(info.value)
     assert "\n" not in message

@@ -8,6 +8,7 @@ import pytest
 
 from dsh_agent_loop import CompactionPolicy, ConfigError, ScriptedModel, load_config, open_runtime
 from dsh_agent_loop.config.compaction import CompactionConfig
+from dsh_agent_loop.testing import actor_of
 
 PLUGIN = "@deepseek-ai/dsh-agent-loop"
 
@@ -26,10 +27,7 @@ def test_both_spellings_load_into_a_policy() -> None:
         )
     )
     assert loaded.plugin.compaction == CompactionConfig(trigger_ratio=0.5, keep_recent_turns=0)
-    assert loaded.plugin.compaction.policy() == CompactionPolicy(0.5, 0)
-    agent = loaded.plugin.agents[0].compaction
-    assert agent is not None
-    assert agent.policy() == CompactionPolicy(instructions="keep names")
+    assert loaded.plugin.agents[0].compaction == CompactionConfig(instructions="keep names")
 
 
 @pytest.mark.parametrize(
@@ -69,12 +67,12 @@ async def test_the_config_policy_reaches_the_agents_and_an_agent_entry_wins() ->
         plain, own = rt.agents.get("plain"), rt.agents.get("own")
         assert plain is not None
         assert own is not None
-        assert plain.compaction == CompactionPolicy(trigger_ratio=0.5)
-        assert own.compaction == CompactionPolicy(keep_recent_turns=5)
+        assert actor_of(plain).compaction == CompactionPolicy(trigger_ratio=0.5)
+        assert actor_of(own).compaction == CompactionPolicy(keep_recent_turns=5)
     explicit = CompactionPolicy(trigger_ratio=0.9)
     async with open_runtime(
         config, providers={"scripted": ScriptedModel([])}, compaction=explicit
     ) as rt:
         plain = rt.agents.get("plain")
         assert plain is not None
-        assert plain.compaction is explicit
+        assert actor_of(plain).compaction is explicit

@@ -10,7 +10,6 @@ import pytest
 from dsh_agent_loop._frozen import FrozenDict
 from dsh_agent_loop.config import RuntimeConfig, converter, load_config
 from dsh_agent_loop.config.mcp import McpServerConfig, McpToolConfig
-from dsh_agent_loop.mcp import McpServer
 
 from .helpers import error_of
 
@@ -43,13 +42,7 @@ def test_mcp_servers_load_from_yaml(tmp_path: Path) -> None:
         tools=FrozenDict(read_file=McpToolConfig("parallel")),
     )
     assert config.mcp_servers["search"].headers == {"Authorization": "Bearer x"}
-    # the records become the runtime's server specs
-    spec = McpServer.from_config("files", files)
-    assert spec.command == "npx"
-    assert spec.execution_modes == {"read_file": "parallel"}
-    assert spec.tool_prefix == "files__"
-    web = McpServer.from_config("search", config.mcp_servers["search"])
-    assert (web.url, web.tool_prefix) == ("https://example.com/mcp", "web_")
+    assert config.mcp_servers["search"].prefix == "web_"
 
 
 def test_mcp_servers_round_trip_through_the_converter() -> None:

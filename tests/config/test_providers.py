@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dsh_agent_loop import open_runtime
+from dsh_agent_loop import _compose, open_runtime
 from dsh_agent_loop._frozen import FrozenDict
 from dsh_agent_loop.config import (
     AnthropicProviderConfig,
@@ -21,9 +21,6 @@ from dsh_agent_loop.config import (
     load_config,
 )
 from dsh_agent_loop.config.providers import StreamLimitsConfig
-from dsh_agent_loop.llm.anthropic import AnthropicAdapter
-from dsh_agent_loop.llm.openai import OpenAIAdapter
-from dsh_agent_loop.llm.providers import adapter_from_config
 from dsh_agent_loop.llm.scripted import ScriptedModel
 
 from .helpers import error_of
@@ -258,21 +255,17 @@ def test_each_kind_has_its_own_record() -> None:
 async def test_adapters_are_built_from_the_validated_records(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The runtime hands each adapter's ``from_config`` the very record ``load_config`` made:
-    no round trip through a mapping, so nothing downstream validates the section again."""
+    """The runtime builds each adapter from the very record ``load_config`` made: no round
+    trip through a mapping, so nothing downstream validates the section again."""
     seen: list[tuple[str, object]] = []
+    real = _compose.adapter_from_config
 
-    def spy(cls: type) -> None:
-        real = cls.__dict__["from_config"].__func__
+    def spy(name: str, record: Any, **kwargs: Any) -> Any:
+        adapter = real(name, record, **kwargs)
+        seen.append((type(adapter).__name__, record))
+        return adapter
 
-        def from_config(klass: type, *args: Any, **kwargs: Any) -> Any:
-            seen.append((klass.__name__, args[-1]))
-            return real(klass, *args, **kwargs)
-
-        monkeypatch.setattr(cls, "from_config", classmethod(from_config))
-
-    for cls in (OpenAIAdapter, AnthropicAdapter, ScriptedModel):
-        spy(cls)
+    monkeypatch.setattr(_compose, "adapter_from_config", spy)
     config = load_config(
         {
             "providers": {
@@ -291,8 +284,8 @@ async def test_adapters_are_built_from_the_validated_records(
 
 def test_adapter_from_config_refuses_a_raw_section() -> None:
     with pytest.raises(TypeError, match="expected a validated provider record"):
-        adapter_from_config("s", {"kind": "scripted"})  # type: ignore[arg-type]
+        _compose.adapter_from_config("s", {"kind": "scripted"})  # type: ignore[arg-type]
     record = load_config({"providers": {"s": {"kind": "scripted", "latency_ms": 5}}})
-    model = adapter_from_config("s", record.providers["s"])
+    model = _compose.adapter_from_config("s", record.providers["s"])
     assert isinstance(model, ScriptedModel)
     assert model.latency == 0.005

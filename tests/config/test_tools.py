@@ -1,16 +1,22 @@
-"""Tests for dsh_agent_loop.config.tools: ``tools`` lists in a config, resolved when it loads."""
+"""Tests for dsh_agent_loop.config.tools: ``tools`` lists in a config, checked when it loads.
+
+``dsh_agent_loop.load_config`` (and ``open_runtime``) check them with the composition's tool
+catalog, which imports each reference; ``dsh_agent_loop.config.load_config`` alone does not.
+"""
 
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 import yaml
 
-from dsh_agent_loop import Reply, ScriptedModel, open_runtime, tool
-from dsh_agent_loop.config import converter, load_config
+from dsh_agent_loop import Reply, ScriptedModel, load_config, open_runtime, tool
+from dsh_agent_loop.config import converter
+from dsh_agent_loop.config import load_config as config_load
 from dsh_agent_loop.errors import ConfigError
 from dsh_agent_loop.llm.base import ModelRequest
 
@@ -171,3 +177,36 @@ def test_a_runtime_config_round_trips_with_its_tools(mod: str) -> None:
     raw = converter.unstructure(config)
     assert raw["plugins"][0]["config"]["tools"] == ["read_file"]
     assert load_config(raw) == config
+
+
+@attrs.frozen
+class _FakeCatalog:
+    """A catalog of two built-ins whose references name tools by their attribute."""
+
+    builtin: tuple[str, ...] = ("look", "poke")
+    asked: list[str] = attrs.field(factory=list)
+
+    def names(self, ref: str) -> tuple[str, ...]:
+        self.asked.append(ref)
+        module, _, attr = ref.partition(":")
+        if module != "fake":
+            raise ValueError(f"tool reference {ref!r}: no such module")
+        return tuple(attr.split("+"))
+
+
+def test_the_config_package_checks_tool_lists_with_the_catalog_it_is_handed() -> None:
+    catalog = _FakeCatalog()
+    raw = config_with(
+        {"id": "a", "tools": ["look", "fake:x+y", "x", "real:z", "nope"]},
+        tools=["poke", "fake:x"],
+    )
+    with pytest.raises(ConfigError) as info:
+        config_load(raw, tool_catalog=catalog)
+    assert str(info.value).split("; <config>: ") == [
+        f"<config>: {P0}.agents[0].tools[2]: tool 'x' is given twice (also tools[1])",
+        f"{P0}.agents[0].tools[3]: tool reference 'real:z': no such module",
+        f"{P0}.agents[0].tools[4]: unknown tool 'nope' (built-ins: look, poke; "
+        "or write 'package.module:attribute')",
+    ]
+    assert catalog.asked == ["fake:x", "fake:x+y", "real:z"]
+    assert config_load(raw).agents[0].tools == ("look", "fake:x+y", "x", "real:z", "nope")

@@ -36,7 +36,6 @@ from typing import Any
 import trio
 
 from dsh_agent_loop import (
-    Agent,
     AgentOptions,
     Event,
     ModelRequest,
@@ -47,8 +46,10 @@ from dsh_agent_loop import (
     open_runtime,
     tool,
 )
+from dsh_agent_loop.agent._actor import AgentActor
 from dsh_agent_loop.session.store import SessionStore
 from dsh_agent_loop.session.writer import SessionWriter
+from dsh_agent_loop.testing import actor_of
 
 OPTIONS = AgentOptions(id="crash", provider="s", model="m")
 
@@ -156,13 +157,13 @@ async def main() -> None:
                 await trio.sleep(0.05)
         agent = handle.agent
         if args.broken:  # acknowledge on append, before any commit; run tools before it too
-            log = agent.log
+            log = actor_of(agent).log
 
             async def no_barrier(self: object) -> None:
                 await trio.lowlevel.checkpoint()
 
             # This process only: no flush waits for a commit, however the loop reaches it.
-            Agent.flush = no_barrier  # type: ignore[method-assign]
+            AgentActor.flush = no_barrier  # type: ignore[method-assign]
             SessionWriter.flush = no_barrier  # type: ignore[method-assign]
             writer = log.waker
             assert writer is not None
@@ -178,10 +179,10 @@ async def main() -> None:
         for i in itertools.count():
             agent.followup(f"task {i}")
             await agent.wait_idle()
-            if agent.store_failure is not None:
+            if actor_of(agent).store_failure is not None:
                 # The store stopped the agent (a stall longer than the PostgreSQL lease lets
                 # the lease expire): its last turn/end is not durable. Wait to be killed.
-                say(f"STOPPED {agent.store_failure.code}")
+                say(f"STOPPED {actor_of(agent).store_failure.code}")
                 await trio.sleep_forever()
             ends = [e for e in agent.session.events if e.type == "turn/end"]
             say(f"ACK {ends[-1].seq} turn/end")

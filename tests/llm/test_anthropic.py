@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh_agent_loop import AgentOptions, MemoryStore, open_runtime
+from dsh_agent_loop._compose import adapter_from_config
 from dsh_agent_loop._frozen import FrozenDict, freeze
 from dsh_agent_loop.config import AnthropicProviderConfig, load_config
 from dsh_agent_loop.llm.anthropic import (
@@ -28,7 +29,6 @@ from dsh_agent_loop.llm.base import (
     Usage,
     UsageChunk,
 )
-from dsh_agent_loop.llm.providers import adapter_from_config
 from dsh_agent_loop.llm.sse import SSEParser
 
 from .server import (

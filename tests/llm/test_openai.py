@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dsh_agent_loop._compose import adapter_from_config
 from dsh_agent_loop._frozen import FrozenDict, freeze
 from dsh_agent_loop.config import OpenAIProviderConfig, load_config
 from dsh_agent_loop.errors import ConfigError
@@ -24,7 +25,6 @@ from dsh_agent_loop.llm.base import (
     UsageChunk,
 )
 from dsh_agent_loop.llm.openai import OpenAIAdapter, OpenAIStreamDecoder, openai_messages
-from dsh_agent_loop.llm.providers import adapter_from_config
 from dsh_agent_loop.llm.scripted import ScriptedModel
 from dsh_agent_loop.llm.sse import SSEParser
 

@@ -1,4 +1,5 @@
-"""``llm/providers.py``: one adapter per validated provider kind, and the provider objects."""
+"""One adapter per validated provider kind (``_compose.adapter_from_config``), and the
+provider objects (``_providers.py``: ``OpenAIProvider``, ``AnthropicProvider``)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from dsh_agent_loop import (
     load_config,
     open_runtime,
 )
+from dsh_agent_loop._compose import adapter_from_config
 from dsh_agent_loop.config.providers import (
     AnthropicProviderConfig,
     OpenAIProviderConfig,
@@ -28,7 +30,6 @@ from dsh_agent_loop.config.providers import (
 from dsh_agent_loop.llm.anthropic import AnthropicAdapter
 from dsh_agent_loop.llm.base import Finish, ModelAdapter
 from dsh_agent_loop.llm.openai import OpenAIAdapter
-from dsh_agent_loop.llm.providers import HTTP_KINDS, adapter_from_config
 from dsh_agent_loop.llm.scripted import ScriptedModel
 from dsh_agent_loop.llm.stream_limits import StreamLimits
 
@@ -68,11 +69,6 @@ async def test_each_kind_builds_its_adapter(config, cls):
 def test_a_raw_mapping_is_refused(raw):
     with pytest.raises(TypeError, match=r"providers\.p: expected a validated provider record"):
         adapter_from_config("p", raw)  # type: ignore[arg-type]
-
-
-def test_http_kinds():
-    assert frozenset({"openai", "anthropic"}) == HTTP_KINDS
-    assert "scripted" not in HTTP_KINDS
 
 
 # --- provider objects: OpenAIProvider, AnthropicProvider ------------------------------------------

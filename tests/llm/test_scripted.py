@@ -10,11 +10,6 @@ import trio
 import trio.testing
 
 from dsh_agent_loop._frozen import freeze
-from dsh_agent_loop.config.providers import (
-    ScriptedProviderConfig,
-    ScriptedReplyConfig,
-    ScriptedToolCallConfig,
-)
 from dsh_agent_loop.llm.base import (
     BlockEnd,
     BlockStart,
@@ -201,26 +196,6 @@ async def test_prepare_call_reuses_the_route_for_an_equal_config():
     assert (first.context_window, first.system_prompt_update) == (1000, "in-history")
     other = await model.prepare_call({"provider": "scripted", "model": "n"})
     assert other is not first
-
-
-def test_from_config_builds_the_script():
-    config = ScriptedProviderConfig(
-        replies=[
-            ScriptedReplyConfig(text="hi", reasoning="r"),
-            ScriptedReplyConfig(tool_calls=[ScriptedToolCallConfig(name="t", arguments={"a": 1})]),
-        ],
-        context_window=500,
-        system_prompt_update="in-history",
-    )
-    model = ScriptedModel.from_config(config)
-    assert model.replies == [
-        Reply(content="hi", thinking="r"),
-        Reply(calls=(("t", '{"a":1}', None),)),
-    ]
-    assert model.context_window == 500
-    assert model.system_prompt_update == "in-history"
-    head = ScriptedModel.from_config(ScriptedProviderConfig(system_prompt_update="head"))
-    assert head.system_prompt_update is None
 
 
 async def test_plans_live_with_their_replies_and_the_model_keeps_none():

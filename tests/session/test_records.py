@@ -21,6 +21,7 @@ from dsh_agent_loop.session.records import (
     tool_call_data,
     tool_result_data,
 )
+from dsh_agent_loop.testing import actor_of
 
 from ..agent.conftest import OPTIONS
 
@@ -122,7 +123,7 @@ async def _turn_records(store: MemoryStore) -> tuple[object, list[object]]:
         shared = [
             e.data for e in handle.agent.session.events if e.type in ("turn/start", "step/start")
         ]
-        return handle.agent.services.records, shared
+        return actor_of(handle.agent).services.records, shared
 
 
 async def test_each_runtime_owns_its_record_cache() -> None:
@@ -143,7 +144,7 @@ async def test_agents_of_one_runtime_share_their_runtime_cache() -> None:
         for handle in (a, b):
             handle.agent.followup("go")
             await handle.agent.wait_idle()
-        assert a.agent.services.records is b.agent.services.records
+        assert actor_of(a.agent).services.records is actor_of(b.agent).services.records
         starts = [
             next(e.data for e in h.agent.session.events if e.type == "turn/start") for h in (a, b)
         ]

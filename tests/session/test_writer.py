@@ -22,6 +22,7 @@ from dsh_agent_loop import (
     tool,
 )
 from dsh_agent_loop.session.writer import COMMIT_DELAY
+from dsh_agent_loop.testing import actor_of
 
 OPTIONS = AgentOptions(id="main", provider="scripted", model="m")
 
@@ -231,7 +232,7 @@ async def test_an_unexpected_handle_error_stops_that_agent_only(
                 await trio.sleep(0.01)
             await other.agent.wait_idle()
         assert rt.agents.get("other") is other.agent
-        failure = main.agent.store_failure
+        failure = actor_of(main.agent).store_failure
         main_events = main.agent.session.events
         other_events = other.agent.session.events
     # the runtime block exited normally; only main failed, once, as STORE_FAILED
@@ -281,7 +282,7 @@ async def test_a_store_failure_while_idle_stops_that_agent_at_once(autojump_cloc
         ("main", "STORE_FAILED")
     ]
     assert "No space left on device" in errors[0].data["error"]["message"]
-    assert isinstance(main.agent.store_failure, StoreError)
+    assert isinstance(actor_of(main.agent).store_failure, StoreError)
     with pytest.raises(AgentClosedError):
         main.agent.followup("too late")
 

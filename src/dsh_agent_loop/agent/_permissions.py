@@ -29,7 +29,7 @@ mode's test.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 from .._permission_rules import (
     COMMAND_TOOL,
@@ -49,10 +49,8 @@ from ..permissions import Permissions
 
 if TYPE_CHECKING:
     from ..tools.base import Tool
-    from .driver import Agent
-    from .services import Services
 
-__all__ = ["ASK", "MAX_POLICIES", "CompiledPolicy", "Gate", "Verdict", "effective", "gate"]
+__all__ = ["ASK", "MAX_POLICIES", "CompiledPolicy", "Gate", "PolicyCache", "Verdict", "compiled"]
 
 #: Compiled policies a runtime keeps (one per distinct policy and granted-rule set in use).
 MAX_POLICIES: Final = 256
@@ -127,8 +125,14 @@ class CompiledPolicy:
         """The rules of a tool no rule names (those naming ``*``), None when there are none."""
 
 
+class PolicyCache(Protocol):
+    """Where a runtime keeps its compiled policies (``Services.permission_policies``)."""
+
+    permission_policies: dict[tuple[Permissions | None, tuple[str, ...]], CompiledPolicy]
+
+
 def compiled(
-    services: Services, permissions: Permissions | None, granted: tuple[str, ...]
+    services: PolicyCache, permissions: Permissions | None, granted: tuple[str, ...]
 ) -> CompiledPolicy:
     """The compiled form of ``permissions`` plus ``granted``, made once per runtime."""
     cache = services.permission_policies
@@ -140,34 +144,6 @@ def compiled(
             del cache[next(iter(cache))]  # the oldest
         cache[key] = policy
     return policy
-
-
-def effective(agent: Agent) -> Permissions | None:
-    """The policy ``agent`` runs under: its own, else its parent's, else the runtime's."""
-    node: Agent | None = agent
-    while node is not None:
-        own = node.options.permissions
-        if own is not None:
-            return own
-        node = node.parent
-    return agent.services.permissions
-
-
-def gate(agent: Agent) -> Gate:
-    """The judge of ``agent``'s calls: its policy and the rules its session has granted so far.
-
-    Kept on the agent (``agent.permission_gate``) and made again only when a rule was granted
-    since: everything else it depends on is fixed for the agent's life.
-    """
-    granted = agent.log.state.granted
-    found: Gate | None = agent.permission_gate
-    if found is None or found.granted is not granted:
-        policy = compiled(agent.services, effective(agent), granted)
-        options = agent.options
-        found = Gate(policy, options.require_approval, agent.services.builtin, options.cwd)
-        found.granted = granted
-        agent.permission_gate = found
-    return found
 
 
 @final

@@ -7,7 +7,7 @@ the turn ends ``{kind: awaiting-approval, call_ids}``. From then on the calls ar
 has them too, crash repair leaves them alone and ``invariants.check`` accepts them.
 
 The rule that keeps every request valid: no message may come between a tool call and its
-result. So while any call is pending the driver starts no turn (``Agent.has_work`` is False and
+result. So while any call is pending the driver starts no turn (``has_work`` is False and
 next-turn work waits in the inbox). Each decision is a durable ``tool/approval``; once every
 pending call is decided, the driver starts the *continuation*: a turn that claims next-step
 messages only, and whose first step settles the decided calls in model order (denied ones get a
@@ -26,10 +26,10 @@ ask rules. The event is marked ``ignorable``: an older reader skips it and simpl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, final
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
-import attrs
 import trio
 
 from .._frozen import FrozenDict
@@ -47,16 +47,16 @@ from ..events import (
 )
 from ..session.projections import AWAITING_APPROVAL
 from ..session.records import approval_data, permission_allowed_data
+from ._turn_context import TurnContext
+from .results import ApprovalRequest, TurnResult, build_result, turn_error
 from .tool_calls import ToolBatch
 
 if TYPE_CHECKING:
-    from .driver import Agent
-    from .results import TurnResult
-    from .turn import Turn
+    from .subscription import Subscription
 
 __all__ = [
     "CANCELLED_MESSAGE",
-    "ApprovalRequest",
+    "Deciding",
     "approve",
     "awaiting_reason",
     "cancel_pending",
@@ -65,28 +65,13 @@ __all__ = [
     "prepare",
     "ready",
     "resolve",
-    "settle",
 ]
 
 #: The message of the denials ``cancel()`` makes.
 CANCELLED_MESSAGE: Final = "cancelled"
 
 
-@final
-@attrs.frozen
-class ApprovalRequest:
-    """A tool call waiting for ``agent.approve(call_id)`` or ``agent.deny(call_id)``."""
-
-    call_id: str
-    name: str
-    arguments: Mapping[str, Any]
-    """The parsed arguments the call will run with once approved."""
-    turn: int
-    """The turn that asked (it ended ``awaiting-approval``)."""
-    step: int
-
-
-def pending(agent: Agent) -> tuple[ApprovalRequest, ...]:
+def pending(agent: TurnContext) -> tuple[ApprovalRequest, ...]:
     """The calls of ``agent`` still waiting for a decision, in model order."""
     state = agent.log.state.approvals
     if state is None:
@@ -103,14 +88,18 @@ def pending(agent: Agent) -> tuple[ApprovalRequest, ...]:
     )
 
 
-def ready(agent: Agent) -> bool:
+def ready(agent: TurnContext) -> bool:
     """True when decided calls wait for their continuation turn (a resume must wake)."""
     state = agent.log.state.approvals
     return state is not None and state.ready
 
 
 def decide(
-    agent: Agent, call_id: str, approved: bool, message: str | None = None, cause: str | None = None
+    agent: TurnContext,
+    call_id: str,
+    approved: bool,
+    message: str | None = None,
+    cause: str | None = None,
 ) -> bool:
     """Append the durable ``tool/approval`` of one pending call; True when all are decided.
 
@@ -127,7 +116,7 @@ def decide(
     return state.ready
 
 
-def _request(agent: Agent, call_id: str) -> Event:
+def _request(agent: TurnContext, call_id: str) -> Event:
     """The ``tool/approval-requested`` of pending call ``call_id``.
 
     Raises:
@@ -146,7 +135,7 @@ def _request(agent: Agent, call_id: str) -> Event:
     return found
 
 
-def approve(agent: Agent, call_id: str, always: bool) -> tuple[bool, str | None]:
+def approve(agent: TurnContext, call_id: str, always: bool) -> tuple[bool, str | None]:
     """Approve a pending call; with ``always``, first record an allow rule for calls like it.
 
     Returns whether every pending call is decided now, and the rule recorded (None without
@@ -166,7 +155,7 @@ def approve(agent: Agent, call_id: str, always: bool) -> tuple[bool, str | None]
     return decide(agent, call_id, True), rule
 
 
-def cancel_pending(agent: Agent, cause: str) -> bool:
+def cancel_pending(agent: TurnContext, cause: str) -> bool:
     """``cancel()``: deny every pending call, or abort the continuation already due.
 
     Returns True when a continuation is now due (it runs aborted with ``cause``). A continuation
@@ -191,19 +180,19 @@ def awaiting_reason(call_ids: tuple[str, ...]) -> FrozenDict:
     return FrozenDict(kind=AWAITING_APPROVAL, call_ids=call_ids)
 
 
-def prepare(turn: Turn) -> None:
-    """Give a continuation turn its decided calls (``turn.carried``); else do nothing.
+def prepare(agent: TurnContext, number: int) -> tuple[ToolBatch | None, str | None]:
+    """A continuation turn's decided calls (None: it is no continuation), and its cancel cause.
 
     Called before ``turn/start`` (which clears the approval state): the batch holds what the
-    continuation needs. A decision made by ``cancel()`` cancels the turn before it starts.
+    continuation needs (``Turn.carried``). A cause (a decision made by ``cancel()``) cancels the
+    turn before it starts.
     """
-    agent = turn.agent
     state = agent.log.state.approvals
     if state is None or not state.ready:
-        return
+        return None, None
     events = list(state.requested.values())
     blocks = [FrozenDict(call_id=e.data["call_id"], name=e.data["name"]) for e in events]
-    batch = ToolBatch(agent, {}, blocks, turn.number, 1)
+    batch = ToolBatch(agent, {}, blocks, number, 1)
     cause: str | None = None
     for index, event in enumerate(events):
         decision = state.decisions[event.data["call_id"]]
@@ -213,14 +202,12 @@ def prepare(turn: Turn) -> None:
             denial = f"Error: tool call denied: {message}" if message else "Error: tool call denied"
             cause = cause or decision.get("cause")
         batch.preset(index, _call_seq(agent, event.seq), event.data["arguments"], denial)
-    turn.carried = batch
     cause = cause or agent.continuation_cancel
     agent.continuation_cancel = None
-    if cause is not None:
-        turn.cancel(cause, None)
+    return batch, cause
 
 
-def _call_seq(agent: Agent, request_seq: int | None) -> int:
+def _call_seq(agent: TurnContext, request_seq: int | None) -> int:
     """The seq of the ``tool/call`` a request follows (the batch appends them together)."""
     assert request_seq is not None
     call_id = agent.log.event(request_seq).data["call_id"]
@@ -231,24 +218,29 @@ def _call_seq(agent: Agent, request_seq: int | None) -> int:
     raise AssertionError(f"tool/approval-requested at seq {request_seq} follows no tool/call")
 
 
-async def settle(turn: Turn) -> None:
-    """Settle the continuation's decided calls, in the first step, before the model is asked."""
-    batch = turn.carried
-    assert batch is not None
-    await batch.run_decided(turn.tools)
-    await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled continuation asks no model
-    turn.carried = None
+class Deciding(TurnContext, Protocol):
+    """What ``resolve`` needs beyond the turn context: the agent's deciding and waiting verbs."""
+
+    def approve(self, call_id: str, *, always: bool = False) -> str | None:
+        """Approve a pending call (and wake the continuation once all are decided)."""
+        ...
+
+    def deny(self, call_id: str, message: str | None = None) -> None:
+        """Deny a pending call."""
+        ...
+
+    async def wait_idle(self) -> None:
+        """Wait until the driver is parked."""
+        ...
+
+    def subscribe(
+        self, types: Iterable[str] | None = None, max_buffer: float = 1024
+    ) -> AbstractAsyncContextManager[Subscription]:
+        """Receive the agent's committed events and notifications."""
+        ...
 
 
-def close(turn: Turn) -> None:
-    """Closer: give every decided call of an unfinished continuation its result."""
-    batch = turn.carried
-    if batch is not None:
-        batch.close_remaining()
-        turn.carried = None
-
-
-async def resolve(agent: Agent, decisions: Mapping[str, bool | str]) -> TurnResult:
+async def resolve(agent: Deciding, decisions: Mapping[str, bool | str]) -> TurnResult:
     """Decide pending calls (``True`` approves, a string denies with it as the message).
 
     Returns the ``TurnResult`` of the continuation turn once its ``turn/end`` is stored (work
@@ -289,10 +281,8 @@ async def resolve(agent: Agent, decisions: Mapping[str, bool | str]) -> TurnResu
     return _continuation_result(agent, number)
 
 
-def _continuation_result(agent: Agent, number: int) -> TurnResult:
+def _continuation_result(agent: TurnContext, number: int) -> TurnResult:
     """The ``TurnResult`` of continuation ``number`` (raising its ``TurnError``)."""
-    from .results import build_result, turn_error
-
     events = _turn_events(agent, number)
     # The settled calls' tool/call events are in the turn that deferred them: the result lists
     # them as this turn's calls (build_result reads calls from tool/call events).
@@ -311,7 +301,7 @@ def _continuation_result(agent: Agent, number: int) -> TurnResult:
     return result
 
 
-def _turn_events(agent: Agent, number: int) -> list[Any]:
+def _turn_events(agent: TurnContext, number: int) -> list[Any]:
     """The events of turn ``number``, ``turn/start`` through ``turn/end``."""
     events = agent.log.events
     for i in range(len(events) - 1, -1, -1):

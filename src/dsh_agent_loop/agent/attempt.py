@@ -43,8 +43,7 @@ from .request import MAX_ATTEMPTS, PreStepDecision, Retry, default_retry_delay
 
 if TYPE_CHECKING:
     from ..session.log import Session
-    from .driver import Agent
-    from .turn import Turn
+    from ._turn_context import StepState, TurnContext
 
 __all__ = ["CLOSE_STREAM_TIMEOUT", "Attempt", "unique_call_ids"]
 
@@ -65,8 +64,8 @@ class Attempt(Struct, gc=False, eq=False):
     its open work (``Turn.close_open_work``): no cycle runs through it after that.
     """
 
-    _turn: Turn
-    _agent: Agent
+    _turn: StepState
+    _agent: TurnContext
     number: int
     """1 for the first attempt of the step."""
     config: FrozenDict = _NO_CONFIG
@@ -100,7 +99,7 @@ class Attempt(Struct, gc=False, eq=False):
             return self._unprepared(exc.failure)
         policy = agent.compaction
         if policy is not None and self.number == 1:  # near the window: compact first
-            await before_request(self._turn, prepared, policy)
+            await before_request(agent, self._turn, prepared, policy)
         request = self._sync_phase(prepared, config, decision)
         asm = self.asm = Assembler()
         frames = agent.listening(ASSISTANT_STREAM)
@@ -166,7 +165,7 @@ class Attempt(Struct, gc=False, eq=False):
 
             turn = self._turn
             payload = {
-                "agent": agent,
+                "agent": agent.facade,
                 "turn": turn.number,
                 "step": turn.step,
                 "attempt": self.number,
@@ -304,7 +303,7 @@ class Attempt(Struct, gc=False, eq=False):
         turn = self._turn
         config: Mapping[str, Any] = self.config
         payload = {
-            "agent": agent,
+            "agent": agent.facade,
             "turn": turn.number,
             "step": turn.step,
             "provider": config.get("provider"),

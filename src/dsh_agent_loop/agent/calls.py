@@ -28,24 +28,49 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 import trio
 
-from ..errors import AgentClosedError, StoreError, TurnAbortedError
+from ..errors import AgentClosedError, StoreError
 from ..events import ASSISTANT_STREAM, INBOX_SPLICED, TURN_END, TURN_START, Event
 from ..session.projections import NEXT_TURN
-from .results import TurnResult, build_result, turn_error
+from ._turn_context import TurnContext
+from .output import OutputRegistry
+from .results import ApprovalRequest, TurnAbortedError, TurnResult, build_result, turn_error
 from .subscription import Subscriber, Subscription
 
 if TYPE_CHECKING:
-    from .driver import Agent
+    from ..session.log import Session
     from .inbox import MessageInput
 
-__all__ = ["CALL_CANCEL_TIMEOUT", "Calls", "RunStream", "run", "run_stream"]
+__all__ = ["CALL_CANCEL_TIMEOUT", "Caller", "Calls", "RunStream", "run", "run_stream"]
 
 #: Seconds a cancelled ``run()`` waits (shielded) for its turn's ``turn/end`` to be stored.
 CALL_CANCEL_TIMEOUT: Final = 10.0
+
+
+class Caller(TurnContext, Protocol):
+    """What a call needs of its agent beyond the turn context (the actor satisfies it)."""
+
+    calls: Calls | None
+    """The agent's awaited messages; made on the first call."""
+
+    def followup(self, message: MessageInput, *, message_id: str | None = None) -> str:
+        """Queue a prompt for the next turn and wake the driver."""
+        ...
+
+    def pending_approvals(self) -> tuple[ApprovalRequest, ...]:
+        """Tool calls waiting for a decision."""
+        ...
+
+    def add_subscriber(self, sub: Subscriber) -> None:
+        """Deliver the agent's events to ``sub`` from now on."""
+        ...
+
+    def drop_subscriber(self, sub: Subscriber) -> None:
+        """Stop delivering to ``sub``."""
+        ...
 
 
 @final
@@ -104,22 +129,22 @@ class Calls:
 
     types: frozenset[str] | None = frozenset({TURN_START, INBOX_SPLICED, TURN_END})
 
-    def __init__(self, agent: Agent) -> None:
-        self._inbox = agent.log.inbox
+    def __init__(self, log: Session) -> None:
+        self._inbox = log.inbox
         self._waiting: dict[str, _Call] = {}
         self._running: dict[int, _Call] = {}
         self._ended: dict[int, _Call] = {}
-        self._turn = agent.log.state.turn
+        self._turn = log.state.turn
         self._start_seq = -1
         self._open = False
         """A ``turn/start`` was folded and its ``turn/end`` not yet: a claim belongs to it."""
 
     @staticmethod
-    def of(agent: Agent) -> Calls:
+    def of(agent: Caller) -> Calls:
         """The agent's registry, made (and registered on its session) on first use."""
         calls = agent.calls
         if calls is None:
-            calls = agent.calls = Calls(agent)
+            calls = agent.calls = Calls(agent.log)
             agent.log.register_projection(calls, replay=False)
         return calls
 
@@ -135,7 +160,7 @@ class Calls:
         call.end()
 
     def released(self, turn: int) -> None:
-        """The driver is done with turn ``turn`` (called by ``Agent._drive``)."""
+        """The driver is done with turn ``turn`` (called by the actor's driver)."""
         call = self._ended.pop(turn, None) or self._running.pop(turn, None)
         if call is not None:
             call.released.set()
@@ -193,7 +218,7 @@ class Calls:
 
 
 def _start(
-    agent: Agent, message: MessageInput, output: tuple[Any, int] | None, message_id: str | None
+    agent: Caller, message: MessageInput, output: tuple[Any, int] | None, message_id: str | None
 ) -> _Call:
     """Queue ``message`` and follow it (synchronously: no turn can claim it before that)."""
     calls = Calls.of(agent)
@@ -201,12 +226,14 @@ def _start(
         # registered first, so that a type without a schema raises before anything is queued
         if message_id is None:
             message_id = agent.inbox.new_id()
-        agent._expect_output(message_id, *output)
+        if agent.outputs is None:
+            agent.outputs = OutputRegistry()
+        agent.outputs.expect(message_id, *output)
     message_id = agent.followup(message, message_id=message_id)
     return calls.wait_for(message_id, output is not None)
 
 
-async def _withdraw(agent: Agent, call: _Call) -> None:
+async def _withdraw(agent: Caller, call: _Call) -> None:
     """The caller gave up: remove its message or abort its turn, then wait for ``turn/end``."""
     if not call.done.is_set():
         if call.turn is None:
@@ -223,7 +250,7 @@ async def _withdraw(agent: Agent, call: _Call) -> None:
         await call.released.wait()
 
 
-async def _settle(agent: Agent, call: _Call) -> TurnResult:
+async def _settle(agent: Caller, call: _Call) -> TurnResult:
     """Wait for the call's ``turn/end`` to be stored; return its result or raise its error."""
     try:
         await call.done.wait()
@@ -249,13 +276,14 @@ async def _settle(agent: Agent, call: _Call) -> TurnResult:
     return _result(agent, call)
 
 
-def _result(agent: Agent, call: _Call) -> TurnResult:
+def _result(agent: Caller, call: _Call) -> TurnResult:
     assert call.turn is not None
     assert call.start_seq is not None
     assert call.end_seq is not None
     log = agent.log
     events = [log.event(seq) for seq in range(call.start_seq, call.end_seq + 1)]
-    output = agent._take_output(call.turn) if call.wants_output else None
+    outputs = agent.outputs
+    output = outputs.take(call.turn) if call.wants_output and outputs is not None else None
     result = build_result(
         events,
         message_id=call.message_id,
@@ -269,7 +297,7 @@ def _result(agent: Agent, call: _Call) -> TurnResult:
 
 
 async def run(
-    agent: Agent,
+    agent: Caller,
     message: MessageInput,
     *,
     output_type: Any = None,
@@ -295,7 +323,7 @@ class RunStream:
 
     __slots__ = ("_agent", "_call", "_outcome", "_over", "_recv")
 
-    def __init__(self, agent: Agent, call: _Call, recv: Subscription) -> None:
+    def __init__(self, agent: Caller, call: _Call, recv: Subscription) -> None:
         self._agent = agent
         self._call = call
         self._recv = recv
@@ -376,7 +404,7 @@ class _Items(AsyncIterator[Any]):
 
 @asynccontextmanager
 async def run_stream(
-    agent: Agent,
+    agent: Caller,
     message: MessageInput,
     *,
     output_type: Any = None,

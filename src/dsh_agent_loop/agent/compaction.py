@@ -32,8 +32,7 @@ from .options import CompactionPolicy
 
 if TYPE_CHECKING:
     from ..llm.base import PreparedCall
-    from .driver import Agent
-    from .turn import Turn
+    from ._turn_context import StepState, TurnContext
 
 __all__ = [
     "CONTEXT_COMPACTED",
@@ -73,11 +72,11 @@ class CompactionError(AgentLoopError):
 
 
 # -- compaction ---------------------------------------------------------------------------
-def _turn_starts(agent: Agent) -> list[int]:
+def _turn_starts(agent: TurnContext) -> list[int]:
     return [int(e.seq or 0) for e in agent.log.events if e.type == TURN_START]
 
 
-def _kept_from(agent: Agent, start: int, keep: int) -> int:
+def _kept_from(agent: TurnContext, start: int, keep: int) -> int:
     """The surface position where the last ``keep`` turns begin (the end when ``keep`` is 0)."""
     entries = agent.log.surface.entries
     if not keep:
@@ -94,7 +93,7 @@ def _kept_from(agent: Agent, start: int, keep: int) -> int:
     return len(entries)
 
 
-def plan(agent: Agent, keep: int) -> tuple[int, int] | None:
+def plan(agent: TurnContext, keep: int) -> tuple[int, int] | None:
     """Surface positions ``(i, j)`` to compact keeping ``keep`` turns, or None (nothing to)."""
     surface = agent.log.surface
     entries = surface.entries
@@ -145,7 +144,7 @@ def transcript(messages: Sequence[Mapping[str, Any]], limit: int | None) -> str:
     return text
 
 
-async def _route(agent: Agent) -> PreparedCall:
+async def _route(agent: TurnContext) -> PreparedCall:
     header = agent.log.state.header
     if header is not None:
         config: Mapping[str, Any] = header["config"]
@@ -163,7 +162,7 @@ async def _route(agent: Agent) -> PreparedCall:
 
 
 async def default_summary(
-    agent: Agent, messages: Sequence[Mapping[str, Any]], instructions: str | None
+    agent: TurnContext, messages: Sequence[Mapping[str, Any]], instructions: str | None
 ) -> str:
     """One model call on the agent's own route that summarises ``messages``."""
     prepared = await _route(agent)
@@ -215,7 +214,7 @@ class Compacted:
 
 
 async def compact(
-    agent: Agent,
+    agent: TurnContext,
     policy: CompactionPolicy,
     *,
     instructions: str | None = None,
@@ -276,9 +275,10 @@ async def compact(
     return result
 
 
-async def before_request(turn: Turn, prepared: PreparedCall, policy: CompactionPolicy) -> None:
+async def before_request(
+    agent: TurnContext, turn: StepState, prepared: PreparedCall, policy: CompactionPolicy
+) -> None:
     """Compact before the step's request when its estimate reaches the trigger."""
-    agent = turn.agent
     window = prepared.context_window
     if not window:
         return
@@ -298,16 +298,16 @@ async def before_request(turn: Turn, prepared: PreparedCall, policy: CompactionP
         )
 
 
-async def after_overflow(turn: Turn, policy: CompactionPolicy) -> bool:
+async def after_overflow(agent: TurnContext, turn: StepState, policy: CompactionPolicy) -> bool:
     """Compact after a ``CONTEXT_OVERFLOW`` failure; True when the step may be retried."""
     try:
-        done = await compact(turn.agent, policy, pending=turn.pending_users, schemas=turn.schemas)
+        done = await compact(agent, policy, pending=turn.pending_users, schemas=turn.schemas)
     except CompactionError:
         return False
     return done is not None
 
 
-async def compact_now(agent: Agent, instructions: str | None) -> Compacted | None:
+async def compact_now(agent: TurnContext, instructions: str | None) -> Compacted | None:
     """``agent.compact()``: compact between turns with the agent's policy (or the defaults).
 
     Raises:

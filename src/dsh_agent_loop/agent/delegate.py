@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import attrs
 
 from .._frozen import FrozenDict
-from ..errors import AgentLoopError, InvalidOptionError, LimitExceededError, TurnError
+from ..errors import AgentLoopError, InvalidOptionError, LimitExceededError
 from ..tools.base import Tool, ToolContext, ToolResult
 from .options import AgentOptions
+from .results import TurnError
 
 if TYPE_CHECKING:
-    from .driver import Agent
     from .lifecycle import Agents, Setup
 
 __all__ = ["DEFAULT_DESCRIPTION", "delegate_tool"]
@@ -139,7 +139,15 @@ async def _delegate(
         return _failure(context.agent_id, "AGENT_CLOSED", "the calling agent is not live")
     child_id = f"{parent.id}.{child_name}"
     try:
-        child = await _child(agents, parent, attrs.evolve(template, id=child_id), setup)
+        # the live child with this id, created as a sub-agent of the parent if absent
+        child = agents.get(child_id)
+        if child is None:
+            options = attrs.evolve(template, id=child_id)
+            child = (await agents.create(options=options, setup=setup, parent_agent=parent)).agent
+        elif child.parent is not parent:
+            raise InvalidOptionError(
+                f"agent {child.id!r} is live and not a sub-agent of {parent.id!r}"
+            )
         result = await child.run(task)
     except LimitExceededError as exc:
         return ToolResult(
@@ -169,19 +177,6 @@ async def _delegate(
             meta=meta,
         )
     return ToolResult(result.text, meta=meta)
-
-
-async def _child(
-    agents: Agents, parent: Agent, options: AgentOptions, setup: Setup | None
-) -> Agent:
-    """The live child with ``options.id``, created as a sub-agent of ``parent`` if absent."""
-    child = agents.get(options.id)
-    if child is None:
-        handle = await agents.create(options=options, setup=setup, parent_agent=parent)
-        return handle.agent
-    if child.parent is not parent:
-        raise InvalidOptionError(f"agent {child.id!r} is live and not a sub-agent of {parent.id!r}")
-    return child
 
 
 def _failure(child_id: str, code: str, message: str) -> ToolResult:

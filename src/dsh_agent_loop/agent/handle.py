@@ -9,14 +9,19 @@ disposer cannot remove a newer agent with the same id. Closing the writer is bou
 (``WRITER_CLOSE_TIMEOUT``), so a hung store cannot hang a teardown. A teardown asked for from
 inside the agent's own task tree (its tool or hook) cannot wait for the driver that waits for
 it: it runs in a task of the runtime's nursery instead (see ``AgentHandle.dispose``).
+
+The dependency is one-way: the registry (``Agents``) makes each handle with the few operations
+its teardown needs of it (``Teardown``: start a task, detach, report, dispose the children),
+and this module knows nothing of the registry.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, final
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, final
 
+import attrs
 import trio
 
 from ..errors import StoreError
@@ -24,16 +29,31 @@ from ..events import AGENT_DISPOSED, SESSION_DISPOSED
 from ..session.writer import CLOSE_TIMEOUT, SessionWriter
 
 if TYPE_CHECKING:
-    from .driver import Agent
-    from .lifecycle import Agents
+    from ._actor import AgentActor
+    from .agent import Agent
 
-__all__ = ["WRITER_CLOSE_TIMEOUT", "AgentHandle", "QuietTeardown"]
+__all__ = ["WRITER_CLOSE_TIMEOUT", "AgentHandle", "QuietTeardown", "Teardown"]
 
 #: Seconds a teardown waits for the session writer to commit what is left and close its handle
 #: (the writer bounds its final commit by ``CLOSE_TIMEOUT``; a commit in flight may precede it).
 WRITER_CLOSE_TIMEOUT = 2 * CLOSE_TIMEOUT
 
 _log = logging.getLogger("dsh_agent_loop.lifecycle")
+
+
+@final
+@attrs.frozen
+class Teardown:
+    """What a teardown needs of the registry that made the handle (one record per registry)."""
+
+    spawn: Callable[[Callable[[], Awaitable[None]]], None]
+    """Start a task in the runtime's nursery (a teardown asked for from inside the agent)."""
+    detach: Callable[[AgentHandle], None]
+    """Remove the handle's agent and session from the registries (the exact entries)."""
+    emit: Callable[[str, dict[str, Any]], None]
+    """Report a lifecycle notification to ``on`` observers."""
+    dispose_children: Callable[[AgentActor[Agent]], Awaitable[None]]
+    """Dispose an agent's live sub-agents (each disposes its own first)."""
 
 
 @final
@@ -45,24 +65,29 @@ class AgentHandle:
     """
 
     __slots__ = (
-        "_agents",
+        "_actor",
         "_done",
         "_error",
+        "_ops",
         "_writer",
-        "agent",
     )
 
-    def __init__(self, agents: Agents, agent: Agent, writer: SessionWriter) -> None:
-        self.agent = agent
-        self._agents = agents
+    def __init__(self, actor: AgentActor[Agent], writer: SessionWriter, ops: Teardown) -> None:
+        self._actor = actor
         self._writer = writer
+        self._ops = ops
         self._done: trio.Event | None = None
         self._error: BaseException | None = None
 
     @property
+    def agent(self) -> Agent:
+        """The live agent this handle owns."""
+        return self._actor.facade
+
+    @property
     def session_id(self) -> str:
         """The agent's session id."""
-        return self.agent.session_id
+        return self._actor.session_id
 
     async def __aenter__(self) -> AgentHandle:
         return self
@@ -89,11 +114,11 @@ class AgentHandle:
         Raises:
             BaseExceptionGroup: several teardown steps failed (each is in the group).
         """
-        if self.agent.in_driver_tree():
-            self.agent.begin_stop("disposed")
+        if self._actor.in_driver_tree():
+            self._actor.begin_stop("disposed")
             if self._done is None:
                 self._done = trio.Event()
-                self._agents._start_detached_teardown(self)
+                self._ops.spawn(self._detached_teardown)
             await trio.lowlevel.checkpoint()
             return
         if self._done is not None:
@@ -120,34 +145,40 @@ class AgentHandle:
         try:
             await self._run_teardown()
         except Exception:  # kept in _error for later dispose() callers; nobody awaits this task
-            _log.exception("disposing agent %r failed", self.agent.id)
+            _log.exception("disposing agent %r failed", self._actor.id)
 
     async def _teardown(self) -> None:
         errors: list[Exception] = []
-        agent = self.agent
+        agent = self._actor
         for step in (self._stop_driver, self._close_scope, self._close_writer):
             try:
                 await step()
             except Exception as exc:
                 errors.append(exc)
-        self._agents._detach(self)
-        self._agents._emit(SESSION_DISPOSED, {"session_id": agent.session_id, "agent_id": agent.id})
-        self._agents._emit(AGENT_DISPOSED, {"agent_id": agent.id, "session_id": agent.session_id})
+        self._report_detached()
         if len(errors) == 1:
             raise errors[0]
         if errors:
             raise ExceptionGroup(f"disposing agent {agent.id!r} failed", errors)
 
+    def _report_detached(self) -> None:
+        """Leave the registries, then report the session and the agent disposed."""
+        agent = self._actor
+        ops = self._ops
+        ops.detach(self)
+        ops.emit(SESSION_DISPOSED, {"session_id": agent.session_id, "agent_id": agent.id})
+        ops.emit(AGENT_DISPOSED, {"agent_id": agent.id, "session_id": agent.session_id})
+
     async def _stop_driver(self) -> None:
-        agent = self.agent
+        agent = self._actor
         agent.begin_stop("disposed")  # no new turn; the running one and the children's abort
         try:
-            await self._agents._dispose_children(agent)  # their logs close before this one's
+            await self._ops.dispose_children(agent)  # their logs close before this one's
         finally:
             await agent.stop("disposed")
 
     async def _close_scope(self) -> None:
-        self.agent.scope.close()
+        self._actor.scope.close()
 
     async def _close_writer(self) -> None:
         with trio.move_on_after(WRITER_CLOSE_TIMEOUT):
@@ -159,22 +190,20 @@ class AgentHandle:
         if not self._writer.stopped:
             # The agent's task lingers until the runtime ends and cancels it (a bounded commit).
             raise StoreError(
-                f"the session writer of agent {self.agent.id!r} did not close within"
+                f"the session writer of agent {self._actor.id!r} did not close within"
                 f" {WRITER_CLOSE_TIMEOUT:g} s"
             )
-        if self._writer.failure is not None and self.agent.store_failure is None:
+        if self._writer.failure is not None and self._actor.store_failure is None:
             raise self._writer.failure
 
     def _finish_quiet(self, found: list[Exception]) -> Exception | None:
         """The end of a ``QuietTeardown``: detach, report, release waiters; the error, if any."""
-        agent = self.agent
+        agent = self._actor
         try:
             self._check_writer_closed()
         except Exception as exc:
             found.append(exc)
-        self._agents._detach(self)
-        self._agents._emit(SESSION_DISPOSED, {"session_id": agent.session_id, "agent_id": agent.id})
-        self._agents._emit(AGENT_DISPOSED, {"agent_id": agent.id, "session_id": agent.session_id})
+        self._report_detached()
         error: Exception | None = None
         if len(found) == 1:
             error = found[0]
@@ -193,11 +222,10 @@ class AgentHandle:
         caller), no sub-agent is live and the store has not failed: a ``QuietTeardown`` may
         tear such agents down in one batch.
         """
-        agent = self.agent
+        agent = self._actor
         return (
             self._done is None
-            and agent._driver_task is None
-            and not agent._driving
+            and not agent.driving
             and not agent.children
             and agent.store_failure is None
         )
@@ -232,9 +260,9 @@ class QuietTeardown:
             handle._done = trio.Event()
             found: list[Exception] = []
             batch._errors.append(found)
-            handle.agent.begin_stop("disposed")  # not driving: stopped at once
+            handle._actor.begin_stop("disposed")  # not driving: stopped at once
             try:
-                handle.agent.scope.close()
+                handle._actor.scope.close()
             except Exception as exc:
                 found.append(exc)
             handle._writer.request_close()

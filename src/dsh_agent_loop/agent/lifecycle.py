@@ -53,10 +53,12 @@ from ..session.store import FORMAT_VERSION, SessionStore, WriteHandle
 from ..session.writer import CommitTimer, SessionWriter
 from . import approvals
 from ._stamps import Stamps, uuid4_text
-from .driver import Agent, AgentScope, Services
-from .handle import AgentHandle, QuietTeardown
+from .agent import Agent, actor_of
+from .handle import AgentHandle, QuietTeardown, Teardown
 from .options import AgentOptions
 from .remember import HEADER_OPTIONS, header_options, remembered_options
+from .services import AgentScope, Services
+from .step_inputs import check_tools
 from .subagents import (
     FORKED_FROM,
     PARENT_SESSION_ID,
@@ -68,6 +70,7 @@ from .subagents import (
 
 if TYPE_CHECKING:
     from ..hooks import HookBus
+    from ._actor import AgentActor
 
 __all__ = ["AgentHandle", "Agents"]
 
@@ -115,6 +118,10 @@ class Agents:
         self._nursery = nursery
         self._initiator = initiator
         self._timer = timer
+        # what each handle's teardown needs of this registry (handle.py knows nothing of it)
+        self._teardown = Teardown(
+            nursery.start_soon, self._detach, self._emit, self._dispose_children
+        )
         # The registries are shared with views made by with_initiator().
         self._shared: dict[str, Any] = (
             shared
@@ -425,9 +432,10 @@ class Agents:
             claimed = self._admit(parent)
             session, durable_seq = build()
             agent = Agent(options=options, session=session, services=self._services, parent=parent)
-            _check_tools(agent)
+            actor = actor_of(agent)
+            check_tools(actor)
             if setup is not None:
-                await setup(agent.scope, agent)
+                await setup(actor.scope, agent)
             self._emit(
                 SESSION_CREATED, {"session_id": session.id, "agent_id": agent.id, "source": source}
             )
@@ -436,16 +444,16 @@ class Agents:
                 session,
                 handle,
                 durable_seq=durable_seq,
-                owner=agent,
+                owner=actor,
                 timer=self._timer,
             )
-            agent.writer = writer
-            entered = AgentHandle(self, agent, writer)
+            actor.writer = writer
+            entered = AgentHandle(actor, writer, self._teardown)
             self._live[agent.id] = entered
             claimed = False  # the registry's entry holds the place now (``_detach`` gives it back)
             self._sessions[session.id] = entered
-            if parent is not None:
-                parent.children = (*parent.children, agent)
+            if actor.parent is not None:
+                actor.parent.children = (*actor.parent.children, actor)
             self._emit(AGENT_CREATED, {"agent_id": agent.id, "session_id": session.id})
         except BaseException:
             with trio.CancelScope(shield=True):
@@ -458,12 +466,12 @@ class Agents:
         self._emit(
             AGENT_SESSION_START, {"agent_id": agent.id, "session_id": session.id, "source": source}
         )
-        if source != "create" and (agent.inbox.next_turn or approvals.ready(agent)):
-            agent._wake()  # queued work (resumed, or inherited by a fork) goes on at once
+        if source != "create" and (actor.inbox.next_turn or approvals.ready(actor)):
+            actor.wake()  # queued work (resumed, or inherited by a fork) goes on at once
         # start_soon, not start: the agent is driven by level-triggered flags, so nothing has to
         # wait for its task to be running, and a started-handshake would keep a temporary
         # nursery's cancel status alive per agent (thousands of agents live in one process).
-        self._nursery.start_soon(self._run_agent, entered, name=_AGENT_TASK)
+        self._nursery.start_soon(self._run_agent, entered, actor, writer, name=_AGENT_TASK)
         return entered
 
     def _admit(self, parent: Agent | None) -> bool:
@@ -477,10 +485,12 @@ class Agents:
             return False
         if parent.closed:
             raise AgentClosedError(f"agent {parent.id!r} is disposed; it takes no sub-agents")
-        self._subagents.claim(parent, self._services.limits)
+        self._subagents.claim(actor_of(parent), self._services.limits)
         return True
 
-    async def _run_agent(self, handle: AgentHandle) -> None:
+    async def _run_agent(
+        self, handle: AgentHandle, agent: AgentActor[Agent], writer: SessionWriter
+    ) -> None:
         """The agent's task: it runs the session writer until the agent is disposed.
 
         Its nursery holds the agent's driver (while there is work) and the tool workers under it.
@@ -489,7 +499,6 @@ class Agents:
         the runtime disposes each agent (its turn ends ``aborted {cause: disposed}`` and the
         writer commits it), then cancels the scopes of any agent whose teardown overran.
         """
-        agent = handle.agent
         async with trio.open_nursery() as nursery:
             scope = nursery.cancel_scope
             scope.shield = True
@@ -497,7 +506,7 @@ class Agents:
             running.add(scope)
             try:
                 agent.attach(nursery, handle)
-                await handle._writer.run()
+                await writer.run()
             finally:
                 agent.detach()
                 running.discard(scope)
@@ -526,11 +535,8 @@ class Agents:
         for scope in list(self._running):
             scope.cancel()
 
-    def _start_detached_teardown(self, handle: AgentHandle) -> None:
-        self._nursery.start_soon(handle._detached_teardown)
-
     def _detach(self, handle: AgentHandle) -> None:
-        agent = handle.agent
+        agent = actor_of(handle.agent)
         if self._live.get(agent.id) is handle:
             del self._live[agent.id]
             if agent.parent is not None:
@@ -541,13 +547,14 @@ class Agents:
         if parent is not None and agent in parent.children:
             parent.children = tuple(c for c in parent.children if c is not agent)
 
-    async def _dispose_children(self, parent: Agent) -> None:
+    async def _dispose_children(self, parent: AgentActor[Agent]) -> None:
         """Dispose ``parent``'s live children concurrently (each disposes its own first)."""
         sessions = self._sessions
         children = [
             handle
             for child in tuple(parent.children)
-            if (handle := sessions.get(child.session_id)) is not None and handle.agent is child
+            if (handle := sessions.get(child.session_id)) is not None
+            and handle.agent is child.facade
         ]
         if not children:
             return
@@ -572,16 +579,6 @@ class Agents:
                 if not quiet.holds(handle):
                     nursery.start_soon(handle.dispose)
             nursery.start_soon(quiet.finish)
-
-
-def _check_tools(agent: Agent) -> None:
-    names = agent.options.tools
-    if names is None:
-        return
-    runtime = agent.services.tools()
-    unknown = [n for n in names if n not in runtime and agent.services.builtin(n) is None]
-    if unknown:
-        raise InvalidOptionError(f"unknown tool name(s) in options.tools: {', '.join(unknown)}")
 
 
 class _Reservation:

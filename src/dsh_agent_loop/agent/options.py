@@ -1,4 +1,4 @@
-"""``AgentOptions`` and ``TurnBudget``: what an agent is created with."""
+"""``AgentOptions``: what an agent is created with (its ``TurnBudget`` is defined in ``limits``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any, final
 import attrs
 
 from ..errors import InvalidOptionError
+from ..limits import TurnBudget as TurnBudget
 from ..permissions import Permissions
 from ..sandbox import Sandbox
 
@@ -21,24 +22,6 @@ TokenCounter = Callable[[Sequence[Any]], int]
 
 def _names(names: Iterable[str]) -> frozenset[str]:
     return frozenset((names,) if isinstance(names, str) else names)  # one name is a set of one
-
-
-@final
-@attrs.frozen
-class TurnBudget:
-    """Per-turn limits; exceeding one aborts the turn with cause ``hook`` (SPEC §16).
-
-    The one budget record: agent options carry it, and the config (``turnBudget``) loads into it.
-    """
-
-    max_steps: int | None = None
-    """Steps per turn."""
-    max_tool_calls: int | None = None
-    """Tool calls per turn."""
-    max_total_tokens: int | None = None
-    """Input plus output tokens over the turn."""
-    max_seconds: float | None = None
-    """Wall-clock (or runtime-clock) seconds per turn."""
 
 
 @final

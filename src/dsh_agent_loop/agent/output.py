@@ -1,13 +1,13 @@
 """Structured output: a turn that must end with a ``final_result`` tool call (issue 12 §5).
 
-A caller registers an output type for a pending message (``Agent._expect_output``); the turn
-that claims that message is a structured-output turn. Its requests offer one more tool,
-``final_result``, whose parameters are the type's JSON schema (an object type as is, anything
-else wrapped as ``{"result": ...}``). The call runs through the ordinary tool pipeline, so it is
-logged as a ``tool/call`` + ``tool/result`` pair like any other: the schema check
-(fastjsonschema, in ``parse_arguments``) and the cattrs structuring both turn bad arguments into
-an ``INVALID_ARGUMENTS`` result the model reads; a valid call keeps the value and concludes the
-turn (``turn/end`` completed, no further request).
+A caller registers an output type for a pending message (``run(..., output_type=...)``,
+``agent/calls.py``); the turn that claims that message is a structured-output turn. Its requests
+offer one more tool, ``final_result``, whose parameters are the type's JSON schema (an object type
+as is, anything else wrapped as ``{"result": ...}``). The call runs through the ordinary tool
+pipeline, so it is logged as a ``tool/call`` + ``tool/result`` pair like any other: the schema
+check (fastjsonschema, in ``parse_arguments``) and the cattrs structuring both turn bad arguments
+into an ``INVALID_ARGUMENTS`` result the model reads; a valid call keeps the value and concludes
+the turn (``turn/end`` completed, no further request).
 
 A step is a failed try when it has no valid ``final_result`` call and either called
 ``final_result`` badly or called no tool at all (a plain-text answer; it gets one steer message
@@ -41,7 +41,7 @@ from ..tools.base import ArgumentsError, Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
     from ..session.projections import InboxProjection
-    from .driver import Agent
+    from .inbox import Inbox
 
 __all__ = [
     "FINAL_RESULT",
@@ -384,7 +384,7 @@ class OutputState:
         kept = tuple(s for s in schemas if s["name"] != FINAL_RESULT)
         return tools, (*kept, tool.schema)
 
-    def after_step(self, agent: Agent, calls: Sequence[FrozenDict]) -> None:
+    def after_step(self, inbox: Inbox, calls: Sequence[FrozenDict]) -> None:
         """Count a failed try; steer after a plain-text answer, or fail the turn.
 
         Raises:
@@ -402,4 +402,4 @@ class OutputState:
                 f"(output_retries={self.spec.retries})"
             )
         if not calls:  # a plain-text answer: ask for the tool (the invalid call's result did)
-            agent.inbox.insert(STEER_TEXT, NEXT_STEP, source=STEER_SOURCE)
+            inbox.insert(STEER_TEXT, NEXT_STEP, source=STEER_SOURCE)

@@ -6,18 +6,21 @@ gives the same result. ``text`` is only the text blocks of the turn's last ``ass
 (reasoning is its own field: a reasoning model's first block is never the answer). Usage is
 summed over the turn's model calls; a failed attempt (``assistant/attempt``) counts as a request
 but carries no token counts. Sans-I/O.
+
+A call that waits for a person is an ``ApprovalRequest`` (``agent/approvals.py`` makes them); a
+turn that did not end well is a ``TurnError`` carrying its ``TurnResult`` (``run()`` raises it).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, final
+from typing import Any, final
 
 import attrs
 
 from .._frozen import FrozenDict, freeze
-from ..errors import TurnAbortedError, TurnBlockedError, TurnError, TurnFailedError
+from ..errors import AgentLoopError
 from ..events import (
     ASSISTANT_ATTEMPT,
     ASSISTANT_MESSAGE,
@@ -29,10 +32,31 @@ from ..events import (
 )
 from ..llm.base import Usage
 
-if TYPE_CHECKING:
-    from .approvals import ApprovalRequest
+__all__ = [
+    "ApprovalRequest",
+    "ToolCallRecord",
+    "TurnAbortedError",
+    "TurnBlockedError",
+    "TurnError",
+    "TurnFailedError",
+    "TurnResult",
+    "build_result",
+    "turn_error",
+]
 
-__all__ = ["ToolCallRecord", "TurnResult", "build_result", "turn_error"]
+
+@final
+@attrs.frozen
+class ApprovalRequest:
+    """A tool call waiting for ``agent.approve(call_id)`` or ``agent.deny(call_id)``."""
+
+    call_id: str
+    name: str
+    arguments: Mapping[str, Any]
+    """The parsed arguments the call will run with once approved."""
+    turn: int
+    """The turn that asked (it ended ``awaiting-approval``)."""
+    step: int
 
 
 @final
@@ -79,6 +103,38 @@ class TurnResult:
     def kind(self) -> str:
         """The ``turn/end`` reason's kind."""
         return str(self.reason["kind"])
+
+
+class TurnError(AgentLoopError):
+    """A turn awaited through ``Agent.run`` did not end well; ``result`` is its ``TurnResult``."""
+
+    code = "TURN_ERROR"
+
+    def __init__(
+        self, message: str, *, result: TurnResult | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message, code=code)
+        self.result = result
+        """The turn's ``TurnResult``, built from the log like a successful one (None only when
+        no turn ran: the queued message was removed before a turn claimed it)."""
+
+
+class TurnFailedError(TurnError):
+    """The turn ended ``error``; ``code`` is the turn's error code (``HTTP_5XX``, ...)."""
+
+    code = "TURN_FAILED"
+
+
+class TurnBlockedError(TurnError):
+    """The turn ended ``blocked`` (an ``agent/pre-step`` listener rejected it)."""
+
+    code = "TURN_BLOCKED"
+
+
+class TurnAbortedError(TurnError):
+    """The turn ended ``aborted`` by another cause than the caller's own cancellation."""
+
+    code = "TURN_ABORTED"
 
 
 def _blocks(message: Mapping[str, Any], kind: str) -> str:

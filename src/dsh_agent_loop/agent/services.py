@@ -19,7 +19,7 @@ from .options import CompactionPolicy, TurnBudget
 if TYPE_CHECKING:
     from ..llm.router import ModelRouter
     from ..tools.base import Tool
-    from ._permissions import CompiledPolicy
+    from ._permissions import CompiledPolicy, Gate
     from .prompt import PromptAssembly
 
 __all__ = ["NO_HOOKS", "AgentScope", "Services"]
@@ -66,6 +66,11 @@ class Services:
     )
     """Compiled permission policies by (policy, granted rules) (``agent/_permissions.py``;
     bounded)."""
+    permission_gates: dict[tuple[CompiledPolicy, frozenset[str], str | None], Gate] = attrs.Factory(
+        dict
+    )
+    """Gates shared by alike agents: by (compiled policy, ``require_approval``, cwd)
+    (``agent/_judge.py``; bounded)."""
 
 
 @final

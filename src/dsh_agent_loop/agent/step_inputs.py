@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, final
 
 from .._frozen import FrozenDict
+from ..errors import InvalidOptionError
 from ..events import HOOK_ASSEMBLE, HOOK_PRE_STEP, HOOK_RUNTIME_CONTEXT
 from .inbox import user_message
 from .prompt import PromptAssembly, PromptSection
@@ -19,12 +20,13 @@ from .request import PreStepDecision
 
 if TYPE_CHECKING:
     from ..tools.base import Tool
-    from .driver import Agent
+    from ._turn_context import TurnContext
 
 __all__ = [
     "NO_RUNTIME_CONTEXT",
     "AssemblyCache",
     "assemble",
+    "check_tools",
     "collect_context",
     "default_context",
     "normalise_users",
@@ -47,7 +49,7 @@ class AssemblyCache:
         self._key: tuple[Any, ...] | None = None
         self._assembly: PromptAssembly | None = None
 
-    def get(self, agent: Agent) -> PromptAssembly:
+    def get(self, agent: TurnContext) -> PromptAssembly:
         """The default assembly: runtime and agent persona sections, every visible tool."""
         services = agent.services
         runtime_persona = services.persona()
@@ -74,7 +76,7 @@ class AssemblyCache:
         return assembly
 
 
-def visible_tools(agent: Agent) -> dict[str, Tool]:
+def visible_tools(agent: TurnContext) -> dict[str, Tool]:
     """Runtime tools the options allow, plus the agent's scoped tools."""
     runtime = agent.services.tools()
     names = agent.options.tools
@@ -90,15 +92,30 @@ def visible_tools(agent: Agent) -> dict[str, Tool]:
     return tools
 
 
-async def assemble(agent: Agent, turn: int, step: int) -> PromptAssembly:
+def check_tools(agent: TurnContext) -> None:
+    """Check that every name in ``agent.options.tools`` is a runtime or built-in tool.
+
+    Raises:
+        InvalidOptionError: a name that is neither (the agent's creation is refused).
+    """
+    names = agent.options.tools
+    if names is None:
+        return
+    runtime = agent.services.tools()
+    unknown = [n for n in names if n not in runtime and agent.services.builtin(n) is None]
+    if unknown:
+        raise InvalidOptionError(f"unknown tool name(s) in options.tools: {', '.join(unknown)}")
+
+
+async def assemble(agent: TurnContext, turn: int, step: int) -> PromptAssembly:
     """Run ``system-prompt/assemble`` around the default assembly."""
     if not agent.hooks.has("waterfall", HOOK_ASSEMBLE):
-        return agent.assembly.get(agent)
+        return agent.default_assembly()
 
     async def default(payload: Any) -> PromptAssembly:
-        return agent.assembly.get(agent)
+        return agent.default_assembly()
 
-    payload = {"agent": agent, "turn": turn, "step": step}
+    payload = {"agent": agent.facade, "turn": turn, "step": step}
     result = await agent.hooks.waterfall(HOOK_ASSEMBLE, payload, default)
     if not isinstance(result, PromptAssembly):
         raise TypeError(
@@ -107,18 +124,18 @@ async def assemble(agent: Agent, turn: int, step: int) -> PromptAssembly:
     return result
 
 
-def _cwd_text(agent: Agent) -> str:
+def _cwd_text(agent: TurnContext) -> str:
     """The default runtime context: the agent's working directory, if it has one."""
     cwd = agent.options.cwd
     return f"cwd: {cwd}" if cwd else ""
 
 
-def default_context(agent: Agent) -> FrozenDict | None:
+def default_context(agent: TurnContext) -> FrozenDict | None:
     """The default runtime-context message (None when unchanged)."""
     return _context_message(agent, _cwd_text(agent))
 
 
-async def collect_context(agent: Agent, turn: int, step: int) -> FrozenDict | None:
+async def collect_context(agent: TurnContext, turn: int, step: int) -> FrozenDict | None:
     """Run ``runtime-context/collect``; the runtime-context message, or None when unchanged."""
     if not agent.hooks.has("waterfall", HOOK_RUNTIME_CONTEXT):
         return default_context(agent)
@@ -127,12 +144,12 @@ async def collect_context(agent: Agent, turn: int, step: int) -> FrozenDict | No
         return _cwd_text(agent)
 
     text = await agent.hooks.waterfall(
-        HOOK_RUNTIME_CONTEXT, {"agent": agent, "turn": turn, "step": step}, default
+        HOOK_RUNTIME_CONTEXT, {"agent": agent.facade, "turn": turn, "step": step}, default
     )
     return _context_message(agent, "" if text is None else str(text))
 
 
-def _context_message(agent: Agent, text: str) -> FrozenDict | None:
+def _context_message(agent: TurnContext, text: str) -> FrozenDict | None:
     """The runtime-context user message for ``text``, or None when it is unchanged."""
     last = agent.log.state.runtime_context
     if not text:
@@ -145,14 +162,14 @@ def _context_message(agent: Agent, text: str) -> FrozenDict | None:
 
 
 async def pre_step(
-    agent: Agent, turn: int, step: int, messages: tuple[Any, ...]
+    agent: TurnContext, turn: int, step: int, messages: tuple[Any, ...]
 ) -> PreStepDecision:
     """Run ``agent/pre-step``; its default enters the step with ``messages``."""
 
     async def default(payload: Any) -> PreStepDecision:
         return PreStepDecision.enter(payload["messages"])
 
-    payload = {"agent": agent, "messages": messages, "turn": turn, "step": step}
+    payload = {"agent": agent.facade, "messages": messages, "turn": turn, "step": step}
     decision = await agent.hooks.waterfall(HOOK_PRE_STEP, payload, default)
     if not isinstance(decision, PreStepDecision):
         raise TypeError(
@@ -161,7 +178,7 @@ async def pre_step(
     return decision
 
 
-def normalise_users(agent: Agent, messages: Sequence[Any]) -> tuple[FrozenDict, ...]:
+def normalise_users(agent: TurnContext, messages: Sequence[Any]) -> tuple[FrozenDict, ...]:
     """Inbox messages as they are, anything else as a new ``user`` message with a fresh id."""
     if not messages:
         return ()

@@ -40,7 +40,7 @@ from ..session.repair import repair_events
 if TYPE_CHECKING:
     from ..events import Event
     from ..limits import Limits
-    from .driver import Agent
+    from ._turn_context import TurnContext
 
 __all__ = [
     "FORKED_FROM",
@@ -70,7 +70,7 @@ class SubagentCount:
         self.held = 0
         """Places taken: one per sub-agent from ``claim`` until its ``release``."""
 
-    def claim(self, parent: Agent, limits: Limits) -> None:
+    def claim(self, parent: TurnContext, limits: Limits) -> None:
         """Take a place for a new sub-agent of ``parent`` (synchronous: nothing can interleave).
 
         Raises:
@@ -99,7 +99,7 @@ class SubagentCount:
         self.held -= 1
 
 
-def cancel_children(parent: Agent) -> None:
+def cancel_children(parent: TurnContext) -> None:
     """Abort each live child's running turn with cause ``parent`` (recursively, via its own)."""
     for child in tuple(parent.children):
         turn = child.running_turn
@@ -107,7 +107,7 @@ def cancel_children(parent: Agent) -> None:
             child.abort_turn(turn.number, "parent")
 
 
-def abort_cause(agent: Agent, cause: str) -> str:
+def abort_cause(agent: TurnContext, cause: str) -> str:
     """The cause an aborted turn of ``agent`` records: ``parent`` when its parent's turn is.
 
     A ``run()`` caller that gives up aborts its turn with cause ``user``; when that caller is

@@ -62,13 +62,13 @@ from ..tools.base import (
 )
 from ..tools.pipeline import ABORTED_BEFORE_DISPATCH_TEXT, ABORTED_TEXT, Deny
 from ..tools.results import bounded_text, checked_result, escape_surrogates
-from . import _permissions
+from ._judge import gate
 from ._tool_invoke import invoke, raised
 
 if TYPE_CHECKING:
     from ..hooks import HookChain
     from ..session.log import Session
-    from .driver import Agent
+    from ._turn_context import TurnContext
 
 __all__ = ["ToolBatch"]
 
@@ -139,7 +139,7 @@ class ToolBatch:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: TurnContext,
         tools: Mapping[str, Tool],
         blocks: Sequence[FrozenDict],
         turn: int,
@@ -258,7 +258,7 @@ class ToolBatch:
             return False
         if self._hooks.has("waterfall", HOOK_TOOLS_PRE_EXECUTE):
             payload = {
-                "agent": self._agent,
+                "agent": self._agent.facade,
                 "call_id": call.block["call_id"],
                 "name": name,
                 "arguments": arguments,
@@ -284,7 +284,7 @@ class ToolBatch:
                     return False
         call.tool = tool
         call.arguments = arguments
-        verdict = _permissions.gate(self._agent).check(tool, arguments)
+        verdict = gate(self._agent).check(tool, arguments)
         if verdict is None:
             return True
         if verdict.denied:
@@ -392,7 +392,7 @@ class ToolBatch:
         assert tool is not None
         assert arguments is not None
         payload = {
-            "agent": self._agent,
+            "agent": self._agent.facade,
             "call_id": call.block["call_id"],
             "name": tool.name,
             "arguments": arguments,
@@ -443,7 +443,7 @@ class ToolBatch:
                     HOOK_TOOLS_RESULT,
                     None,
                     event.time,
-                    FrozenDict(agent=self._agent, event=event, result=result),
+                    FrozenDict(agent=self._agent.facade, event=event, result=result),
                 ),
             )
 

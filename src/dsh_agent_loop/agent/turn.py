@@ -43,7 +43,7 @@ from .tool_calls import ToolBatch
 
 if TYPE_CHECKING:
     from ..tools.base import Tool
-    from .driver import Agent
+    from ._turn_context import TurnContext
     from .options import TurnBudget
     from .output import OutputState
 
@@ -105,7 +105,7 @@ class Turn:
         "winding_down",
     )
 
-    def __init__(self, agent: Agent, number: int) -> None:
+    def __init__(self, agent: TurnContext, number: int) -> None:
         self.agent = agent
         self.number = number
         """The turn number (``turn/start`` data)."""
@@ -145,7 +145,9 @@ class Turn:
         self.carried: ToolBatch | None = None
         """A continuation's decided calls, settled in its first step (``agent/approvals.py``)."""
         if agent.log.state.approvals is not None:
-            approvals.prepare(self)
+            self.carried, cause = approvals.prepare(agent, number)
+            if cause is not None:
+                self.cancel(cause, None)
 
     def cancel(self, cause: str, message: str | None) -> None:
         """Abort the turn unless its ``turn/end`` is appended; the first cause wins."""
@@ -277,8 +279,9 @@ class Turn:
 
     def close_open_work(self) -> None:
         """Append what keeps the log well formed after a cancel or failure (synchronous)."""
-        if self.carried is not None:
-            approvals.close(self)
+        carried, self.carried = self.carried, None
+        if carried is not None:  # an unfinished continuation: every decided call gets a result
+            carried.close_remaining()
         attempt, self.attempt = self.attempt, None  # (no reference cycle through an Attempt)
         if attempt is not None:
             calls = attempt.close()
@@ -305,7 +308,7 @@ class Turn:
                 assembly = await assemble(agent, self.number, step)
                 context_message = await collect_context(agent, self.number, step)
             else:  # no middleware at all: the defaults, without a coroutine each
-                assembly = agent.assembly.get(agent)
+                assembly = agent.default_assembly()
                 context_message = default_context(agent)
             if self.budget is not None:
                 await self._check_step_budget()
@@ -338,7 +341,7 @@ class Turn:
             if self.output is not None and self.output.done:
                 return COMPLETED  # a valid final_result: no further request
             if not self.continues and not pending[NEXT_STEP]:
-                await hooks.serial(HOOK_TURN_STOPPING, {"agent": agent, "turn": self.number})
+                await hooks.serial(HOOK_TURN_STOPPING, {"agent": agent.facade, "turn": self.number})
                 if not pending[NEXT_STEP]:
                     return MAX_TOKENS if self.max_tokens else COMPLETED
             entering = agent.inbox.claim(NEXT_STEP) if pending[NEXT_STEP] else ()
@@ -371,7 +374,7 @@ class Turn:
             policy = self.agent.compaction
             if outcome.code == "CONTEXT_OVERFLOW" and policy is not None and not overflowed:
                 overflowed = True  # compact and retry once, without the retry policy's delay
-                if await after_overflow(self, policy):
+                if await after_overflow(agent, self, policy):
                     continue
             retry = await attempt.offer_failure(outcome)
             if retry is None:
@@ -404,14 +407,16 @@ class Turn:
         if self.budget is not None:
             await self._check_tool_budget(len(carried))
         self.tool_calls += len(carried)
-        await approvals.settle(self)
+        await carried.run_decided(self.tools)
+        await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled continuation asks no model
+        self.carried = None
 
     def _end_step(self, calls: list[FrozenDict]) -> None:
         """Append the step's ``step/end``; a structured-output turn then checks its calls."""
         self.agent.log.add(STEP_END, self.step_data)
         self.step_open = False
         if self.output is not None and not self.truncated:
-            self.output.after_step(self.agent, calls)
+            self.output.after_step(self.agent.inbox, calls)
 
     def _assemble(self, assembly: PromptAssembly) -> None:
         """Take a new prompt assembly: its tools, their schemas, the rendered prompt."""

@@ -31,7 +31,8 @@ import trio
 from rich.console import Console
 
 from .. import __version__
-from ..config import RuntimeConfig, load_config
+from .._compose import load_config
+from ..config import RuntimeConfig
 from ..errors import ConfigError
 from ..stores.url import parse_store_url
 from ._approvals import MODES_TEXT, ResumeHint, permission_mode, with_permission_mode

@@ -44,8 +44,8 @@ from ..session.projections import AWAITING_APPROVAL
 from ._terminal import json_visible, visible
 
 if TYPE_CHECKING:
-    from ..agent.approvals import ApprovalRequest
-    from ..agent.driver import Agent
+    from ..agent.agent import Agent
+    from ..agent.results import ApprovalRequest
     from ..runtime import Runtime
     from ..session.store import SessionStore
 

@@ -41,9 +41,9 @@ from rich.console import Console
 from rich.text import Text
 
 from .._frozen import FrozenDict
-from ..agent.approvals import ApprovalRequest
-from ..agent.driver import Agent
+from ..agent.agent import Agent
 from ..agent.lifecycle import AgentHandle
+from ..agent.results import ApprovalRequest
 from ..config import PLUGIN_NAME, RuntimeConfig, load_config
 from ..errors import AgentLoopError
 from ..events import AGENT_ERROR, SESSION_EVENT, TURN_END, Event

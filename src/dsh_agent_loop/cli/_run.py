@@ -29,7 +29,7 @@ import trio
 from rich.console import Console
 from rich.text import Text
 
-from ..agent.driver import Agent
+from ..agent.agent import Agent
 from ..config import RuntimeConfig
 from ..errors import SessionNotFoundError
 from ..events import SESSION_END_SEED, TURN_END, Event

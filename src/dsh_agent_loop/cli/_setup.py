@@ -19,7 +19,8 @@ from typing import Any, Final, final
 import attrs
 import yaml
 
-from ..config import RuntimeConfig, load_config, load_settings_file
+from .._compose import load_config
+from ..config import RuntimeConfig, load_settings_file
 from ..errors import ConfigError
 from ..session.store import SessionStore
 from ..stores.url import StoreUrlError, parse_store_url, store_from_url

@@ -3,6 +3,11 @@
 ``load_config`` reads the whole file shape (SPEC §16) into a ``RuntimeConfig``: the plugin block
 with its declared agents (``agents``), the store URL and the providers (``providers``, one
 tagged union over ``kind``). ``Settings`` reads the live settings layers (``settings``).
+
+The records are plain data, and this package imports none of the packages they describe
+(``agent``, ``llm``, ``tools``, ``stores``, ``mcp``): the runtime's composition
+(``_compose.py``) makes live objects of them, and ``dsh_agent_loop.load_config`` is this
+``load_config`` handed the tool catalog that checks ``tools`` lists (``config/tools.py``).
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from .agents import (
 from .document import FileShape, PluginEntry, RuntimeConfig
 from .mcp import mcp_faults
 from .providers import PROVIDER_CLASSES, PROVIDER_KEYS, ProviderConfig, provider_faults
-from .tools import tool_faults
+from .tools import ToolCatalog, tool_faults
 from .tracing import OtelConfig
 
 __all__ = ["MAX_CONFIG_DEPTH", "check_nesting", "converter", "from_raw", "structure"]
@@ -387,7 +387,11 @@ def structure(raw: Any, cl: Any) -> tuple[Any, list[Fault]]:
 
 
 def _cross_faults(
-    raw: Mapping[Any, Any], base_dir: str, extra: Iterable[str], known_tools: Iterable[str]
+    raw: Mapping[Any, Any],
+    base_dir: str,
+    extra: Iterable[str],
+    known_tools: Iterable[str],
+    catalog: ToolCatalog | None,
 ) -> Iterator[Fault]:
     """Rules that span fields or need context, checked on the raw tree (tolerating bad shapes)."""
     providers = raw.get("providers")
@@ -409,7 +413,7 @@ def _cross_faults(
         config = plugins[index].get("config")
         if not isinstance(config, Mapping):
             continue
-        yield from tool_faults(config, ("plugins", index, "config"), tool_names)
+        yield from tool_faults(config, ("plugins", index, "config"), tool_names, catalog)
         for key in ("agents", "subagents"):
             agents = config.get(key)
             if isinstance(agents, list | tuple):
@@ -455,8 +459,11 @@ def from_raw(
     base_dir: str,
     known_providers: Iterable[str],
     known_tools: Iterable[str] = (),
+    catalog: ToolCatalog | None = None,
 ) -> RuntimeConfig:
     """Validate a raw tree (a loaded file or a mapping) and build its ``RuntimeConfig``.
+
+    ``catalog`` checks the ``tools`` lists (None: they are left unchecked).
 
     Raises:
         ConfigError: every fault, in one line.
@@ -467,7 +474,7 @@ def from_raw(
         raise ConfigError(f"{label}: expected a mapping at the top level, got {kind_name(raw)}")
     check_nesting(raw, label)
     shape, faults = structure(raw, FileShape)
-    faults.extend(_cross_faults(raw, base_dir, known_providers, known_tools))
+    faults.extend(_cross_faults(raw, base_dir, known_providers, known_tools, catalog))
     raise_faults(faults, raw, label)
     assert isinstance(shape, FileShape)
     plugin = next((entry.config for entry in shape.plugins), LoopConfig())

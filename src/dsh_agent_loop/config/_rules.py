@@ -14,7 +14,7 @@ import attrs
 
 from .._frozen import FrozenDict
 from .._permission_rules import rule_problem
-from ..stores.url import StoreUrlError, parse_store_url
+from .._store_url import StoreUrlError, parse_store_url
 
 KeyPath: TypeAlias = tuple[str | int, ...]
 """A key path as written in the file: mapping keys and list indexes."""

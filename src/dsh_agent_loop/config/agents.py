@@ -1,8 +1,9 @@
 """Agent declarations: the plugin's ``config`` block, its ``agents[]`` and their turn budgets.
 
-The block keeps the seed's camelCase keys. ``TurnBudget`` is the public record agents are
-created with (``agent.options``); the config reads it with the rules below attached, so a budget
-loaded from a file and one given in code are the same class.
+The block keeps the seed's camelCase keys. ``TurnBudget``, ``Limits``, ``Permissions`` and
+``Sandbox`` are the public records agents and the runtime are created with; they live below both
+(``limits``, ``permissions``, ``sandbox``), and the config reads them with the rules below
+attached, so a record loaded from a file and one given in code are the same class.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from typing import Any, Final, final
 
 import attrs
 
-from ..agent.options import TurnBudget
-from ..limits import Limits
+from ..limits import Limits, TurnBudget
 from ..permissions import Permissions
 from ..sandbox import Sandbox
 from ._rules import (

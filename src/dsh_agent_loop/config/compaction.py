@@ -2,7 +2,8 @@
 
 ``compaction: {triggerRatio: 0.8, keepRecentTurns: 2, instructions: "..."}`` gives every agent
 (or one declared agent) a ``CompactionPolicy``; ``compaction: {}`` is the defaults. A custom
-summarizer or token counter is Python-only (``CompactionPolicy`` in ``open_runtime``).
+summarizer or token counter is Python-only (``CompactionPolicy`` in ``open_runtime``). The record
+holds the data keys only; the runtime's composition (``_compose.py``) makes the policy of it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from typing import final
 
 import attrs
 
-from ..agent.options import CompactionPolicy
 from ._rules import NonNegativeInt, Ratio
 
 __all__ = ["CompactionConfig"]
@@ -28,11 +28,3 @@ class CompactionConfig:
     """Turns kept verbatim."""
     instructions: str | None = None
     """Extra instructions for the summary."""
-
-    def policy(self) -> CompactionPolicy:
-        """The ``CompactionPolicy`` this entry describes."""
-        return CompactionPolicy(
-            trigger_ratio=self.trigger_ratio,
-            keep_recent_turns=self.keep_recent_turns,
-            instructions=self.instructions,
-        )

@@ -26,6 +26,7 @@ from ._rules import KeyPath, kind_name
 from .document import RuntimeConfig
 from .providers import ProviderConfig, provider_faults
 from .settings import settings_layer
+from .tools import ToolCatalog
 
 __all__ = ["load_config", "load_provider", "load_settings_file"]
 
@@ -165,10 +166,13 @@ def load_config(
     known_providers: Iterable[str] = (),
     known_tools: Iterable[str] = (),
     base_dir: str | os.PathLike[str] | None = None,
+    tool_catalog: ToolCatalog | None = None,
 ) -> RuntimeConfig:
     """Load and validate a config: the whole file shape (SPEC §16).
 
-    Nothing is opened or started here; every fault is reported at once.
+    Nothing is opened or started here; every fault is reported at once. The ``tools`` lists are
+    checked against ``tool_catalog``: ``dsh_agent_loop.load_config`` (and ``open_runtime``)
+    give the real one, which imports every ``package.module:attr`` reference.
 
     Args:
         source: a YAML file path; a mapping of the same shape (labelled ``<config>``); a
@@ -179,10 +183,12 @@ def load_config(
             ``tools=``, the CLI's ``--tool``), which ``tools`` lists may name too.
         base_dir: directory ``personaFile`` is relative to; default the config file's
             directory, or the working directory for a mapping.
+        tool_catalog: The built-in tool names and the reference loader the ``tools`` lists are
+            checked with; None leaves them unchecked (their strings are kept as written).
 
     Returns:
-        The validated config; ``personaFile`` paths are absolute. Every ``package.module:attr``
-        tool reference has been imported and names tools.
+        The validated config; ``personaFile`` paths are absolute. With a catalog, every
+        ``package.module:attr`` tool reference has been imported and names tools.
 
     Raises:
         ConfigError: one line, ``FILE: key.path: message`` joined by ``; ``.
@@ -190,16 +196,16 @@ def load_config(
     if isinstance(source, RuntimeConfig):
         raw = converter.unstructure(source, RuntimeConfig)
         base = os.fspath(base_dir) if base_dir is not None else os.getcwd()
-        from_raw(raw, source.source, base, known_providers, known_tools)
+        from_raw(raw, source.source, base, known_providers, known_tools, tool_catalog)
         return source
     if source is None or isinstance(source, Mapping):
         base = os.fspath(base_dir) if base_dir is not None else os.getcwd()
-        return from_raw(source, "<config>", base, known_providers, known_tools)
+        return from_raw(source, "<config>", base, known_providers, known_tools, tool_catalog)
     if isinstance(source, str | os.PathLike):
         label = os.fspath(source)
         raw = _read_yaml(source, label)
         base = os.path.dirname(os.path.abspath(label)) if base_dir is None else os.fspath(base_dir)
-        return from_raw(raw, label, base, known_providers, known_tools)
+        return from_raw(raw, label, base, known_providers, known_tools, tool_catalog)
     raise TypeError(f"config must be a RuntimeConfig, a path or a mapping, not {kind_name(source)}")
 
 

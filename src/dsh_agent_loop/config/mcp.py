@@ -4,26 +4,23 @@ The shape is the one users already write for other agent tools: ``{name: {comman
 cwd}}`` starts a process speaking MCP on stdio, ``{name: {url, headers}}`` reaches a streamable
 HTTP endpoint. One record holds both so that a key of the other transport is named as such (a
 ``url`` beside a ``command`` is a fault here, not an unknown key). Nothing here imports the MCP
-SDK: the runtime turns these records into ``McpServer`` specs (``dsh_agent_loop.mcp``).
+SDK, nor ``dsh_agent_loop.mcp``: the runtime's composition (``_compose.py``) turns these records
+into ``McpServer`` specs.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Final, Literal, final
 
 import attrs
 
 from .._frozen import FrozenDict
+from .._mcp_names import SERVER_NAME as SERVER_NAME
+from .._mcp_names import TOOL_PREFIX as TOOL_PREFIX
 from ._rules import Fault, NonEmptyStr, frozen_map, to_tuple
 
 __all__ = ["SERVER_NAME", "TOOL_PREFIX", "McpServerConfig", "McpToolConfig", "mcp_faults"]
-
-#: Server names become tool-name prefixes, which providers restrict to this alphabet.
-SERVER_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
-#: A tool-name prefix: it leaves room for a tool name of at least one character.
-TOOL_PREFIX: Final = re.compile(r"[A-Za-z0-9_-]{0,63}")
 
 
 @final

@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import Any, Final, final
 
-import attrs
 import httpx
 
 from ._anthropic_stream import AnthropicStreamDecoder
@@ -43,9 +42,6 @@ from ._secrets import secret_forms
 from .base import Chunk, Failure, ModelError, ModelRequest, PreparedCall
 from .models import lookup_model, resolve_model
 from .stream_limits import StreamLimits
-
-if TYPE_CHECKING:
-    from ..config import AnthropicProviderConfig
 
 __all__ = [
     "THINKING_BUDGETS",
@@ -282,37 +278,6 @@ class AnthropicAdapter:
         )
         self._limits = resolve_limits(stream_limits, self._pool.read_timeout)
         self._header_secrets = secret_forms((headers or {}).values())
-
-    @classmethod
-    def from_config(
-        cls,
-        name: str,
-        config: AnthropicProviderConfig,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> AnthropicAdapter:
-        """Build from a ``kind: anthropic`` provider record the config layer has validated.
-
-        Args:
-            name: The provider (route) name.
-            config: The validated record (``load_config(...).providers[name]``); without
-                ``api_key_env`` no key is sent.
-            transport: An httpx transport for the adapter's client (tests).
-        """
-        return cls(
-            name,
-            base_url=config.base_url or DEFAULT_BASE_URL,
-            api_key_env=config.api_key_env or None,
-            headers=config.headers,
-            timeout=(config.timeout.connect, config.timeout.read),
-            stream_limits=StreamLimits.from_config(config.stream_limits),
-            context_window=config.context_window,
-            models={
-                model: attrs.asdict(entry, filter=lambda _, value: value is not None)
-                for model, entry in config.models.items()
-            },
-            transport=transport,
-        )
 
     async def prepare_call(self, config: Mapping[str, Any]) -> PreparedCall:
         """Resolve the thinking budget and ``max_tokens`` defaults for ``config``.

@@ -23,9 +23,8 @@ Serves OpenAI, DeepSeek (``reasoning_content``), vLLM, Ollama and llama.cpp. Des
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import Any, Final, final
 
-import attrs
 import httpx
 
 from ._http import (
@@ -51,9 +50,6 @@ from .base import (
 )
 from .models import REASONING_REPLAY_MODES, ModelInfo, ReasoningReplay, resolve_model
 from .stream_limits import StreamLimits
-
-if TYPE_CHECKING:
-    from ..config import OpenAIProviderConfig
 
 __all__ = [
     "OpenAIAdapter",
@@ -222,42 +218,6 @@ class OpenAIAdapter:
         self._pool = ClientPool(headers=headers, timeout=timeout, transport=transport)
         self._limits = resolve_limits(stream_limits, self._pool.read_timeout)
         self._header_secrets = secret_forms((headers or {}).values())
-
-    @classmethod
-    def from_config(
-        cls,
-        name: str,
-        config: OpenAIProviderConfig,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> OpenAIAdapter:
-        """Build from a ``kind: openai`` provider record the config layer has validated.
-
-        Args:
-            name: The provider (route) name.
-            config: The validated record (``load_config(...).providers[name]``).
-            transport: An httpx transport for the adapter's client (tests).
-        """
-        options: dict[str, Any] = {}
-        if config.system_prompt_update is not None:  # None: the model table decides
-            options["system_prompt_update"] = config.system_prompt_update
-        return cls(
-            name,
-            base_url=config.base_url or DEFAULT_BASE_URL,
-            api_key_env=config.api_key_env or None,
-            headers=config.headers,
-            timeout=(config.timeout.connect, config.timeout.read),
-            stream_limits=StreamLimits.from_config(config.stream_limits),
-            stream_usage=config.stream_usage,
-            context_window=config.context_window,
-            reasoning_replay=config.reasoning_replay,
-            models={
-                model: attrs.asdict(entry, filter=lambda _, value: value is not None)
-                for model, entry in config.models.items()
-            },
-            transport=transport,
-            **options,
-        )
 
     async def prepare_call(self, config: Mapping[str, Any]) -> PreparedCall:
         """Resolve defaults for ``config`` from the model table and overrides.

@@ -15,7 +15,7 @@ import itertools
 import json
 import re
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, cast, final
+from typing import Any, Literal, cast, final
 
 import attrs
 import trio
@@ -39,9 +39,6 @@ from .base import (
     make_tool_call_start,
     make_usage,
 )
-
-if TYPE_CHECKING:
-    from ..config import ScriptedProviderConfig, ScriptedReplyConfig
 
 __all__ = ["Reply", "ScriptedModel"]
 
@@ -136,15 +133,6 @@ class Reply:
         """Stream ``after_text``, then wait until cancelled."""
         return cls(content=after_text, kind="hang")
 
-    @classmethod
-    def from_config(cls, entry: ScriptedReplyConfig) -> Reply:
-        """Build from a validated reply record ``{text?, reasoning?, tool_calls?}``."""
-        return cls(
-            content=entry.text or "",
-            thinking=entry.reasoning,
-            calls=cls._calls((call.name, call.arguments) for call in entry.tool_calls),
-        )
-
 
 ScriptEntry = Reply | Callable[[ModelRequest], Reply]
 
@@ -180,19 +168,6 @@ class ScriptedModel:
         self._reserved: set[str] = set()
         self._reserve(self.replies)
         self._prepared: PreparedCall | None = None
-
-    @classmethod
-    def from_config(cls, config: ScriptedProviderConfig) -> ScriptedModel:
-        """Build from a ``kind: scripted`` provider record the config layer has validated."""
-        return cls(
-            [Reply.from_config(reply) for reply in config.replies],
-            latency=config.latency_ms / 1000.0,
-            system_prompt_update=(
-                "in-history" if config.system_prompt_update == "in-history" else None
-            ),
-            loop=config.loop,
-            context_window=config.context_window,
-        )
 
     def add(self, *entries: ScriptEntry) -> None:
         """Append entries to the script."""

@@ -13,12 +13,9 @@ keys (``stream_limits:``).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import Any, Final, final
 
 import attrs
-
-if TYPE_CHECKING:
-    from ..config.providers import StreamLimitsConfig
 
 __all__ = ["DEFAULT_STREAM_LIMITS", "StreamLimits"]
 
@@ -60,12 +57,6 @@ class StreamLimits:
     300 s by default). Only what the adapter turns into a chunk counts: keep-alive comments,
     blank lines, pings and frames that carry nothing do not, so a stream of only those ends
     ``TIMEOUT``."""
-
-    @classmethod
-    def from_config(cls, config: StreamLimitsConfig) -> StreamLimits:
-        """The limits a validated ``stream_limits`` section sets (the defaults for the rest)."""
-        given: dict[str, Any] = attrs.asdict(config, filter=lambda _, value: value is not None)
-        return cls(**given)
 
     def changed(self) -> dict[str, Any]:
         """The fields that differ from the defaults (the section that would give these limits)."""

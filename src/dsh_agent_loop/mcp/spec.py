@@ -1,4 +1,8 @@
-"""``McpServer``: how to reach one MCP server (a command on stdio, or a streamable HTTP URL)."""
+"""``McpServer``: how to reach one MCP server (a command on stdio, or a streamable HTTP URL).
+
+A config's ``mcpServers`` entries become these specs in the runtime's composition
+(``_compose.py``); this package never reads config records.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from typing import Any, final
 import attrs
 
 from .._frozen import FrozenDict
-from ..config.mcp import SERVER_NAME, TOOL_PREFIX, McpServerConfig
+from .._mcp_names import SERVER_NAME, TOOL_PREFIX
 from ..tools.base import ExecutionMode
 
 __all__ = ["McpServer"]
@@ -116,25 +120,6 @@ class McpServer:
         """
         return cls(
             name, server=server, prefix=prefix, execution_modes=FrozenDict(execution_modes or {})
-        )
-
-    @classmethod
-    def from_config(cls, name: str, config: McpServerConfig) -> McpServer:
-        """The server an ``mcpServers.<name>`` entry declares."""
-        modes = {t: c.execution_mode for t, c in config.tools.items() if c.execution_mode}
-        if config.command is not None:
-            return cls.stdio(
-                name,
-                config.command,
-                config.args,
-                env=config.env or None,
-                cwd=config.cwd,
-                prefix=config.prefix,
-                execution_modes=modes,
-            )
-        assert config.url is not None  # the config's rules require one of the two
-        return cls.http(
-            name, config.url, config.headers or None, prefix=config.prefix, execution_modes=modes
         )
 
     @property

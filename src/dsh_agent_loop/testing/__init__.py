@@ -3,10 +3,15 @@
 ``explore_cancellation(scenario, providers=...)`` cancels a scenario at every checkpoint its
 agents execute and checks the log each time; ``ScriptedModel`` and ``Reply`` script the model;
 the pytest plugin (registered automatically) provides ``runtime`` and ``scripted_model``.
+
+``actor_of(agent)`` is the seam for tests of the runtime itself: the internal actor behind a
+public ``Agent`` (its wakes, driver, log and caches). Its attributes are internal and may change
+with any release; tests of an application should use the ``Agent`` API.
 """
 
 from __future__ import annotations
 
+from ..agent.agent import actor_of as actor_of
 from ..llm.scripted import Reply as Reply
 from ..llm.scripted import ScriptedModel as ScriptedModel
 from .explore import CancellationReport as CancellationReport
@@ -17,6 +22,7 @@ __all__ = [
     "CancellationReport",
     "Reply",
     "ScriptedModel",
+    "actor_of",
     "explore_cancellation",
     "explore_cancellation_async",
 ]

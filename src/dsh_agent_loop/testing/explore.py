@@ -53,7 +53,7 @@ import trio
 import trio.testing
 
 from .. import invariants
-from ..agent.driver import Agent
+from ..agent.agent import Agent, actor_of
 from ..events import ASSISTANT_ATTEMPT, ASSISTANT_MESSAGE, ASSISTANT_STREAM, TURN_END, Event
 from ..llm.base import ModelAdapter, TextDelta
 from ..runtime import Runtime, open_runtime
@@ -112,7 +112,7 @@ class _Probe(trio.abc.Instrument):
         self._drivers: dict[str, int] = {}
 
     def register(self, agent: Agent, task: trio.lowlevel.Task) -> None:
-        """``task`` is ``agent``'s driver (``Agent.on_driver_start``)."""
+        """``task`` is ``agent``'s driver (the actor's ``on_driver_start``)."""
         nth = self._drivers.get(agent.id, 0)
         self._drivers[agent.id] = nth + 1
         key = (agent.id, nth)
@@ -143,8 +143,9 @@ class _Probe(trio.abc.Instrument):
             self.points.append(point)
             if point == self.cancel_at:
                 agent = self._agents[key[:2]]
-                state = agent.log.state
-                self.fired = (agent, state.turn if state.open_turn else None, len(agent.log))
+                log = actor_of(agent).log
+                state = log.state
+                self.fired = (agent, state.turn if state.open_turn else None, len(log))
                 self.site = _site(task)
                 agent.cancel(cause="user")
         except Exception as exc:  # an instrument that raises is silently removed: record instead
@@ -305,7 +306,7 @@ def _track(rt: Runtime, event: Event, probe: _Probe, agents: list[Agent]) -> Non
     agent = rt.agents.get(event.data["agent_id"])
     if agent is not None:
         agents.append(agent)
-        agent.on_driver_start = probe.register
+        actor_of(agent).on_driver_start = probe.register
 
 
 def _check_logs(

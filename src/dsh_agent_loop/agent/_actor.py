@@ -1,16 +1,17 @@
-"""``Agent``: the public handle of one agent, and its driver (the run loop).
+"""``AgentActor``: the machinery behind one public ``Agent`` — its wakes, driver and deliveries.
 
 Each agent is one task with its own nursery (``Agents`` starts it; ``agent/lifecycle.py``): the
 task runs the agent's session writer inline, and the nursery holds the driver and, under it,
 the tool workers. The driver is started in that nursery when work arrives and ends when the
 agent is idle again, so an idle agent costs one parked task. It runs turns while there is work,
 one ``Turn`` object each (``agent/turn.py``; a model call is an ``Attempt``, the request caches
-live on the agent's ``RequestSeries``). The ``Agent`` itself is a façade: identity, inbox,
-session, status and subscribers; it holds no step state. Wakes are level-triggered flags, not
-queued items: ``followup``/``steer`` set the flag and start the driver if it is not running;
-``cancel`` drops a wake that has not been picked up. Status becomes ``running`` synchronously
-when a wake is made, and ``idle`` only after the turn's ``turn/end`` is durable, so
-``wait_idle()`` returning means the turn is stored.
+live on the agent's ``RequestSeries``). The public ``Agent`` (``agent/agent.py``) is a thin
+façade over this actor; the turn machine sees the actor as its ``TurnContext``
+(``agent/_turn_context.py``), and hook payloads carry the façade (``facade``). Wakes are
+level-triggered flags, not queued items: ``followup``/``steer`` set the flag and start the
+driver if it is not running; ``cancel`` drops a wake that has not been picked up. Status
+becomes ``running`` synchronously when a wake is made, and ``idle`` only after the turn's
+``turn/end`` is durable, so ``wait_idle()`` returning means the turn is stored.
 
 Cancellation travels by the running turn's cancel scope, which the ``Turn`` owns; the first
 cause wins, and it reaches the running turns of the agent's live sub-agents (``children``;
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Literal, Protocol, final
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, final
 
 import trio
 from trio_util import AsyncValue
@@ -39,15 +40,10 @@ from ..errors import AgentClosedError, StoreError
 from ..events import AGENT_ERROR, AGENT_STATUS, SESSION_EVENT, SESSION_FLUSH, Event, make_event
 from ..hooks import HookChain
 from ..sandbox import Workspace
-from ..session.log import Session, SessionView
+from ..session.log import Session
 from ..session.projections import NEXT_STEP, NEXT_TURN
-from . import approvals, calls, context, subagents
-from .calls import Calls
-from .compaction import Compacted, compact_now
-from .context import ContextTracker
+from . import approvals, subagents
 from .inbox import Inbox, MessageInput, Target
-from .options import AgentOptions, CompactionPolicy
-from .output import OutputRegistry
 from .series import RequestSeries
 from .services import NO_HOOKS, AgentScope, Services
 from .statistics import AgentStatistics
@@ -58,11 +54,18 @@ from .turn import Turn
 if TYPE_CHECKING:
     from ..session.writer import SessionWriter
     from ._permissions import Gate
-    from .results import TurnResult
+    from ._tokens import ContextTracker
+    from .calls import Calls
+    from .options import AgentOptions, CompactionPolicy
+    from .output import OutputRegistry
+    from .prompt import PromptAssembly
+    from .results import ApprovalRequest
 
-__all__ = ["Agent", "AgentScope", "AgentStatistics", "Services"]
+__all__ = ["AgentActor", "Status"]
 
 Status = Literal["idle", "running"]
+#: The type of the public façade an actor serves (``agent/agent.py``'s ``Agent``).
+FacadeT = TypeVar("FacadeT")
 
 
 class _Disposable(Protocol):
@@ -79,11 +82,11 @@ async def _durable() -> None:
 
 
 @final
-class Agent:
-    """One agent: its identity, inbox, session and status, and the driver that runs its turns.
+class AgentActor(Generic[FacadeT]):
+    """One agent's machinery: identity, inbox, session, status, subscribers and the driver.
 
-    A façade: a turn's state lives on its ``Turn``, a model call's on its ``Attempt``, the
-    request caches on the ``RequestSeries``.
+    It holds no step state: a turn's state lives on its ``Turn``, a model call's on its
+    ``Attempt``, the request caches on the ``RequestSeries``. It satisfies ``TurnContext``.
     """
 
     __slots__ = (
@@ -109,6 +112,7 @@ class Agent:
         "children",
         "context",
         "continuation_cancel",
+        "facade",
         "hooks",
         "id",
         "inbox",
@@ -127,16 +131,19 @@ class Agent:
 
     def __init__(
         self,
+        facade: FacadeT,
         *,
         options: AgentOptions,
         session: Session,
         services: Services,
-        parent: Agent | None = None,
+        parent: AgentActor[FacadeT] | None = None,
     ) -> None:
+        self.facade = facade
+        """The public ``Agent`` this actor serves (what hook payloads carry)."""
         self.id: str = options.id
         self.options = options
         self.parent = parent
-        self.children: tuple[Agent, ...] = ()
+        self.children: tuple[AgentActor[FacadeT], ...] = ()
         """Live sub-agents (``agent/subagents.py``): a cancel of this agent's turn reaches them."""
         self.log: Session = session
         """The agent's (writable) session; for the turn machine and lifecycle."""
@@ -179,22 +186,22 @@ class Agent:
         """Token accounting of the history (``agent/context.py``); made on first use."""
         self._workspace: Workspace | None = None
         self._uncounted = session.state.counters()  # the log's counters before this instance
-        self.on_driver_start: Callable[[Agent, trio.lowlevel.Task], None] | None = None
-        """Testing hook: called with the driver task when the driver starts."""
+        self.on_driver_start: Callable[[FacadeT, trio.lowlevel.Task], None] | None = None
+        """Testing hook: called with the façade and the driver task when the driver starts."""
 
     # -- identity --------------------------------------------------------------------------
-    @property
-    def session(self) -> SessionView:
-        """The agent's session, read-only."""
-        return SessionView(self.log)
-
     @property
     def session_id(self) -> str:
         """The id of the agent's session."""
         return self.log.id
 
+    @property
+    def status_now(self) -> Status:
+        """``"idle"`` or ``"running"``, as a plain value."""
+        return self._status
+
     def __repr__(self) -> str:
-        return f"<Agent {self.id!r} session={self.session_id!r} {self._status}>"
+        return f"<AgentActor {self.id!r} session={self.session_id!r} {self._status}>"
 
     @property
     def status(self) -> AsyncValue[Status]:
@@ -239,7 +246,7 @@ class Agent:
             target = NEXT_TURN
         new_id = self.inbox.insert(message, target, message_id=message_id)
         if wake:
-            self._wake()
+            self.wake()
         return new_id
 
     def followup(self, message: MessageInput, *, message_id: str | None = None) -> str:
@@ -254,7 +261,8 @@ class Agent:
         """Queue context for the next step without waking the driver (see ``send``)."""
         return self.send(message, NEXT_STEP, False, message_id=message_id)
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
+        """Make a wake: status ``running`` now, and the driver started if it is not running."""
         if self._disposing:
             return
         self._wakes += 1
@@ -274,7 +282,7 @@ class Agent:
             return state.ready
         return len(self.inbox) > 0
 
-    def pending_approvals(self) -> tuple[approvals.ApprovalRequest, ...]:
+    def pending_approvals(self) -> tuple[ApprovalRequest, ...]:
         """Tool calls waiting for ``approve`` or ``deny``, in model order."""
         return approvals.pending(self)
 
@@ -282,31 +290,13 @@ class Agent:
         """Approve a pending call; ``always`` also allows calls like it (the rule recorded)."""
         ready, rule = approvals.approve(self, call_id, always)
         if ready:
-            self._wake()  # every call is decided: the continuation turn runs
+            self.wake()  # every call is decided: the continuation turn runs
         return rule
 
     def deny(self, call_id: str, message: str | None = None) -> None:
         """Deny a pending call: it gets a ``DENIED`` result carrying ``message``."""
         if approvals.decide(self, call_id, False, message):
-            self._wake()
-
-    async def resolve_approvals(self, decisions: Mapping[str, bool | str]) -> TurnResult:
-        """Decide pending calls (True approves, a string denies); the continuation's result."""
-        return await approvals.resolve(self, decisions)
-
-    def _expect_output(self, message_id: str, output_type: Any, retries: int) -> None:
-        """The turn claiming ``message_id`` must end with a valid ``final_result`` call."""
-        if self.outputs is None:
-            self.outputs = OutputRegistry()
-        self.outputs.expect(message_id, output_type, retries)
-
-    def _take_output(self, turn: int) -> Any:
-        """The structured value turn ``turn`` produced (forgotten now), or None."""
-        return None if self.outputs is None else self.outputs.take(turn)
-
-    # -- calls: a message as an awaitable turn (agent/calls.py) -----------------------------
-    run = calls.run
-    run_stream = calls.run_stream
+            self.wake()
 
     def abort_turn(self, number: int, cause: str = "user") -> None:
         """Abort turn ``number`` if it is running; messages queued behind it stay and run next."""
@@ -327,17 +317,9 @@ class Agent:
         """The turn in progress, if any."""
         return self._turn
 
-    def context_usage(self) -> context.ContextUsage:
-        """The next request's estimated input tokens against the route's context window."""
-        return context.context_usage(self)
-
-    def replace_history(self, start_seq: int, end_seq: int, message: MessageInput) -> Event:
-        """Replace surface events ``start_seq..end_seq`` by one message (``agent/context.py``)."""
-        return context.replace_history(self, start_seq, end_seq, message)
-
-    async def compact(self, instructions: str | None = None) -> Compacted | None:
-        """Compact the older history now (between turns); None when nothing is old enough."""
-        return await compact_now(self, instructions)
+    def default_assembly(self) -> PromptAssembly:
+        """The default prompt assembly, rebuilt only when its inputs change."""
+        return self.assembly.get(self)
 
     # -- cancellation ------------------------------------------------------------------------
     def cancel(
@@ -358,7 +340,7 @@ class Agent:
         elif not self._driving:
             self._set_status("idle")  # the wake it dropped had no driver yet
         if cause != "disposed" and approvals.cancel_pending(self, cause):
-            self._wake()  # the continuation settles the calls and ends aborted
+            self.wake()  # the continuation settles the calls and ends aborted
         self._cancel_wakes = self._wakes
 
     async def wait_idle(self) -> None:
@@ -491,7 +473,7 @@ class Agent:
         """The driver: run turns while there is work, then end (the agent is idle)."""
         task = self._driver_task = trio.lowlevel.current_task()
         if self.on_driver_start is not None:
-            self.on_driver_start(self, task)
+            self.on_driver_start(self.facade, task)
         try:
             while self._wake_pending and not (self._disposing or self.store_failure is not None):
                 self._wake_pending = False
@@ -570,6 +552,16 @@ class Agent:
             nursery = task.parent_nursery
             task = nursery.parent_task if nursery is not None else None
         return False
+
+    @property
+    def nursery(self) -> trio.Nursery | None:
+        """The agent's own nursery (its task's) while attached; where its driver runs."""
+        return self._nursery
+
+    @property
+    def driving(self) -> bool:
+        """True while the driver is running or about to (its task started)."""
+        return self._driving
 
     @property
     def stopped(self) -> bool:

@@ -1,10 +1,10 @@
-"""Provider records to adapters: config sections, and the provider objects given in code.
+"""Provider objects: a config's provider sections written in Python, and what they build.
 
-The config layer validates a provider section once, into the record of its ``kind``;
-``adapter_from_config`` only picks the adapter class for that kind and calls its
-``from_config``. ``OpenAIProvider`` and ``AnthropicProvider`` are the same sections written in
-Python (``open_runtime(providers={"ds": OpenAIProvider(...)})``): built, they are validated
-by the same rules, and the runtime turns each into its adapter through the same path.
+``OpenAIProvider`` and ``AnthropicProvider`` are the ``kind: openai`` and ``kind: anthropic``
+sections as objects (``open_runtime(providers={"ds": OpenAIProvider(...)})``): built, they are
+validated by the config's rules into the record of their kind, and turned into their adapter
+through the same path as a config's providers (``_compose.adapter_from_config``). They read
+config records and build ``llm`` adapters, so they live beside the composition, above both.
 
 A key given directly (``api_key=``) is a secret: it is left out of ``repr`` and of every
 record, and reaches only the adapter's HTTP client, as the request's auth header; the session
@@ -15,57 +15,20 @@ control or non-ASCII character inside is refused (``ValueError``, never quoting 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, final
+from typing import Any, ClassVar, Literal, final
 
 import attrs
 import httpx
 
-from .._frozen import FrozenDict, freeze, thaw
-from ..config.loading import load_provider
-from ._secrets import is_clean
-from .anthropic import AnthropicAdapter
-from .base import ModelAdapter
-from .models import ReasoningReplay
-from .openai import OpenAIAdapter
-from .scripted import ScriptedModel
-from .stream_limits import StreamLimits
+from ._compose import adapter_from_config
+from ._frozen import FrozenDict, freeze, thaw
+from .config.loading import load_provider
+from .config.providers import ProviderConfig
+from .llm.base import ModelAdapter
+from .llm.models import ReasoningReplay
+from .llm.stream_limits import StreamLimits
 
-if TYPE_CHECKING:
-    from ..config import ProviderConfig
-
-__all__ = ["HTTP_KINDS", "AnthropicProvider", "OpenAIProvider", "adapter_from_config"]
-
-#: Provider kinds served over HTTP.
-HTTP_KINDS: Final = frozenset({"openai", "anthropic"})
-
-
-def adapter_from_config(
-    name: str,
-    config: ProviderConfig,
-    *,
-    transport: httpx.AsyncBaseTransport | None = None,
-) -> ModelAdapter:
-    """Build the adapter for provider ``name`` from its validated record.
-
-    Args:
-        name: The provider (route) name.
-        config: A record from ``load_config(...).providers`` (``OpenAIProviderConfig``,
-            ``AnthropicProviderConfig`` or ``ScriptedProviderConfig``), never a raw mapping.
-        transport: An httpx transport for an HTTP adapter's client (tests).
-
-    Returns:
-        An ``OpenAIAdapter``, ``AnthropicAdapter`` or ``ScriptedModel``.
-
-    Raises:
-        TypeError: ``config`` is a raw mapping, not a validated provider record.
-    """
-    if isinstance(config, Mapping):  # a raw section: validate it with load_config first
-        raise TypeError(f"providers.{name}: expected a validated provider record, not a mapping")
-    if config.kind == "openai":
-        return OpenAIAdapter.from_config(name, config, transport=transport)
-    if config.kind == "anthropic":
-        return AnthropicAdapter.from_config(name, config, transport=transport)
-    return ScriptedModel.from_config(config)
+__all__ = ["AnthropicProvider", "OpenAIProvider", "adapters_from_arguments"]
 
 
 Timeout = float | tuple[float, float] | Mapping[str, float]
@@ -115,13 +78,18 @@ def _record(provider: OpenAIProvider | AnthropicProvider) -> ProviderConfig:
     return attrs.evolve(record, headers=FrozenDict({**record.headers, header: value}))
 
 
+def _sendable(key: str) -> bool:
+    """Whether ``key`` can go in a header as it is: printable ASCII (as the adapters check)."""
+    return key.isascii() and key.isprintable()
+
+
 def _check_key(provider: OpenAIProvider | AnthropicProvider) -> None:
     name = type(provider).__name__
     if provider.api_key is not None and provider.api_key_env is not None:
         raise ValueError(f"{name}: give api_key or api_key_env, not both")
     if provider.api_key is not None and not provider.api_key:
         raise ValueError(f"{name}: api_key is empty")
-    if provider.api_key is not None and not is_clean(provider.api_key):
+    if provider.api_key is not None and not _sendable(provider.api_key):
         raise ValueError(f"{name}: api_key holds a control or non-ASCII character")
     _record(provider)  # every other rule: a ConfigError now, not when the runtime opens
 
@@ -233,3 +201,13 @@ class AnthropicProvider:
     ) -> ModelAdapter:
         """The adapter serving this provider as route ``name`` (what ``open_runtime`` does)."""
         return adapter_from_config(name, _record(self), transport=transport)
+
+
+def adapters_from_arguments(
+    providers: Mapping[str, ModelAdapter | OpenAIProvider | AnthropicProvider],
+) -> dict[str, ModelAdapter]:
+    """``open_runtime(providers=...)``: adapters as given, provider objects built."""
+    return {
+        name: p.adapter(name) if isinstance(p, OpenAIProvider | AnthropicProvider) else p
+        for name, p in providers.items()
+    }
