@@ -1,4 +1,4 @@
-"""What an idle agent leaves for the cyclic garbage collector to walk (issue 15).
+"""What an idle agent leaves for the cyclic garbage collector to walk (docs/design.md#scale).
 
 Every collection of the oldest generation walks every GC-tracked object in the process, so
 with thousands of agents the per-agent count sets the cost of a step. The log's data is not
@@ -27,7 +27,7 @@ from dsh_agent_loop.tools.base import tool
 AGENTS = 200
 STEPS = 5  # four tool steps, then text
 
-# The issue's target: at most 40 tracked objects per idle agent. What is left (about 38) is the
+# The target: at most 40 tracked objects per idle agent. What is left (about 38) is the
 # agent's parked task and its nursery (trio's Task, Context, CancelStatus, CancelScope,
 # Nursery, NurseryManager and their sets and lists, the parked coroutine chain), the session
 # log's own containers, the writer and store handle, and the agent's records (the Agent façade

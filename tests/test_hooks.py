@@ -1,4 +1,5 @@
-"""The hook bus (SPEC §3): observers, waterfalls, serial hooks, disposers and scopes."""
+"""The hook bus (docs/design.md#hooks): observers, waterfalls, serial hooks, disposers and
+scopes."""
 
 from __future__ import annotations
 
@@ -298,7 +299,7 @@ def test_has_and_any_follow_registrations_on_either_bus():
     assert not HookChain().any("on")
 
 
-# Notifications one agent's observers watch; each observer raises (issue 10 item 11).
+# Notifications one agent's observers watch; each observer raises (docs/design.md#hooks).
 WATCHED = (
     "agent/status",
     "agent/assistant-stream",

@@ -1,4 +1,4 @@
-"""The package's shape, read from the source with ``ast`` (issue 11's bars).
+"""The package's shape, read from the source with ``ast`` (docs/design.md#code-shape).
 
 1. No import cycle among the modules of ``dsh_agent_loop``. Every import statement counts,
    those inside functions too (a deferred import is still a dependency, only hidden) and those

@@ -1,4 +1,4 @@
-"""Memory per live agent (issue 15): what an idle agent keeps after a 5-step turn.
+"""Memory per live agent (docs/design.md#scale): what an idle agent keeps after a 5-step turn.
 
 The target is 100,000 agents in at most 2 GB of peak RSS, about 18 KB per agent all in. These
 tests count the bytes Python allocates (``tracemalloc``) per idle agent after a turn of four

@@ -126,7 +126,7 @@ def test_public_names_are_pinned(module_name: str) -> None:
 def test_the_root_names_what_the_spec_surface_uses() -> None:
     import dsh_agent_loop
 
-    # SPEC §19: the names acceptance checks import from the root.
+    # docs/design.md#public-surface: the names acceptance checks import from the root.
     spec = {
         "open_runtime", "AgentOptions", "ScriptedModel", "Reply", "tool", "Retry",
         "PreStepDecision", "PromptAssembly", "PromptSection", "MemoryStore", "SqliteStore",

@@ -1,4 +1,5 @@
-"""SPEC §19, the surface acceptance checks use: the example script and the names around it."""
+"""The surface acceptance checks use (docs/design.md#public-surface): the example script and the
+names around it."""
 
 from __future__ import annotations
 

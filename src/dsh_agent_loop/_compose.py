@@ -97,7 +97,9 @@ def load_config(
     known_tools: Iterable[str] = (),
     base_dir: str | os.PathLike[str] | None = None,
 ) -> RuntimeConfig:
-    """Load and validate a config: the whole file shape (SPEC §16), tool references included.
+    """Load and validate a config: the whole file shape, tool references included.
+
+    See docs/design.md#file-shape.
 
     Nothing is opened or started here; every fault is reported at once. This is
     ``dsh_agent_loop.config.load_config`` with the tools checked: every ``package.module:attr``

@@ -25,7 +25,7 @@ __all__ = [
     "event_to_json",
 ]
 
-# --- durable event types (SPEC §4) -------------------------------------------------------
+# --- durable event types (docs/design.md#durable-types) -------------------------------------
 TURN_START: Final = "turn/start"
 TURN_END: Final = "turn/end"
 STEP_START: Final = "step/start"

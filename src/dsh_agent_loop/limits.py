@@ -66,7 +66,9 @@ DEFAULT_LIMITS: Final = Limits()
 @final
 @attrs.frozen
 class TurnBudget:
-    """Per-turn limits; exceeding one aborts the turn with cause ``hook`` (SPEC §16).
+    """Per-turn limits; exceeding one aborts the turn with cause ``hook``.
+
+    See docs/design.md#turn-budget.
 
     The one budget record: agent options carry it, and the config (``turnBudget``) loads into it.
     """

@@ -1,4 +1,5 @@
-"""Durable tool approval (issue 12 §6): deferred calls, decisions, continuation, restarts."""
+"""Durable tool approval (docs/design.md#approvals): deferred calls, decisions, continuation,
+restarts."""
 
 from __future__ import annotations
 

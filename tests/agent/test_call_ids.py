@@ -34,7 +34,8 @@ def _call_ids(events: list) -> list[str]:
 
 
 async def test_numbered_ids_skip_explicit_ids_in_the_script(autojump_clock):
-    # SPEC §19's script: an explicit "call-2" next to numbered ids
+    # the acceptance script's (tests/test_spec_surface.py): an explicit "call-2" next to numbered
+    # ids
     model = ScriptedModel(
         [
             Reply.tool_calls(("note", {"text": "a"}), ("note", {"text": "b"}, "call-2")),

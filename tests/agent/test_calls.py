@@ -1,4 +1,4 @@
-"""``agent/calls.py``: ``Agent.run`` and ``Agent.run_stream`` (issue 12 §1–§3)."""
+"""``agent/calls.py``: ``Agent.run`` and ``Agent.run_stream`` (docs/design.md#awaitable-turns)."""
 
 from __future__ import annotations
 

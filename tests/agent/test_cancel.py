@@ -1,4 +1,5 @@
-"""Cancellation (SPEC §11): every cancel point leaves a well-formed log and the agent usable."""
+"""Cancellation (docs/design.md#cancellation): every cancel point leaves a well-formed log and the
+agent usable."""
 
 from __future__ import annotations
 

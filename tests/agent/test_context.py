@@ -1,4 +1,4 @@
-"""Token accounting, surface replacement and compaction (agent/context.py, issue 14 items 1–3)."""
+"""Token accounting, surface replacement and compaction (docs/design.md#context-and-compaction)."""
 
 from __future__ import annotations
 

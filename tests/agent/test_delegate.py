@@ -1,4 +1,5 @@
-"""The ``delegate`` tool (issue 14 §4): a sub-agent runs the task, its answer is the result."""
+"""The ``delegate`` tool (docs/design.md#sub-agents): a sub-agent runs the task, its answer is the
+result."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The inbox (``agent/inbox.py``, SPEC §5): splices at list coordinates, folded synchronously."""
+"""The inbox (``agent/inbox.py``, docs/design.md#inbox): splices at list coordinates, folded
+synchronously."""
 
 from __future__ import annotations
 
@@ -380,7 +381,7 @@ def field_reads_per_operation(queued: int) -> dict[str, int]:
 
 
 def test_splice_work_does_not_grow_with_the_queue():
-    """Regression (issue 10 item 13): each splice re-read every pending id (O(n) per splice)."""
+    """Regression (docs/design.md#inbox): each splice re-read every pending id (O(n) per splice)."""
     small = field_reads_per_operation(1_000)
     large = field_reads_per_operation(20_000)
     assert large == small
@@ -475,7 +476,8 @@ def asked(events: list[Event]) -> list[str]:
 
 
 async def test_twenty_thousand_followups_never_block_the_loop(autojump_clock):
-    """Regression (issue 10 item 13): queueing 20,000 follow-ups blocked the loop for seconds."""
+    """Regression (docs/design.md#inbox): queueing 20,000 follow-ups blocked the loop for
+    seconds."""
     model = ScriptedModel([Reply.text("ok")], loop=True, record=False)
     async with open_runtime(store=MemoryStore(), providers={"scripted": model}) as rt:
         handle = await rt.agents.create(options=OPTIONS)

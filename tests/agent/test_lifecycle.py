@@ -1,4 +1,5 @@
-"""Create, resume and teardown (SPEC §13): rollback, registries, repair on resume, disposal."""
+"""Create, resume and teardown (docs/design.md#lifecycle): rollback, registries, repair on resume,
+disposal."""
 
 from __future__ import annotations
 
@@ -146,7 +147,7 @@ async def test_dispose_is_idempotent_and_concurrent_callers_share_it(autojump_cl
         assert len(disposed) == 1
         assert rt.agents.get("main") is None
         assert actor_of(handle.agent).stopped
-        # a disposed agent takes no message (item 15: AgentClosedError, tested further below)
+        # a disposed agent takes no message (AgentClosedError, tested further below)
         with pytest.raises(AgentClosedError):
             handle.agent.followup("ignored")
         await trio.sleep(1)

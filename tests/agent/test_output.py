@@ -1,4 +1,5 @@
-"""``agent/output.py``: structured output through a ``final_result`` tool (issue 12 §5)."""
+"""``agent/output.py``: structured output through a ``final_result`` tool
+(docs/design.md#structured-output)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""System prompt reconciliation and request records (SPEC §6-§8), real turns and sans-I/O."""
+"""System prompt reconciliation and request records (docs/design.md#system-prompt), real turns and
+sans-I/O."""
 
 from __future__ import annotations
 
@@ -298,7 +299,7 @@ def test_reconcile_table(nodes, rendered, in_history, new_series, expected):
 
 
 def naive_reconcile(nodes, rendered, in_history, new_series):
-    """SPEC §7, read literally."""
+    """The decision table of docs/design.md#system-prompt, read literally."""
     if len(nodes) == 0:
         return [("append", rendered)]
     replace_mode = (not in_history) or new_series or rendered == ""

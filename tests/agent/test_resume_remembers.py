@@ -1,4 +1,5 @@
-"""``rt.agents.resume(session_id)`` without options restores them from the log (issue 13, #2)."""
+"""``rt.agents.resume(session_id)`` without options restores them from the log
+(docs/design.md#resume)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Attempt failures and retry (SPEC §6, §12): the request-error hook and the default policy."""
+"""Attempt failures and retry (docs/design.md#failures-and-retry): the request-error hook and the
+default policy."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``Agent.run_stream`` (``agent/calls.py``, issue 12 §3): one turn, streamed, nothing lost."""
+"""``Agent.run_stream`` (``agent/calls.py``, docs/design.md#awaitable-turns): one turn, streamed,
+nothing lost."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``RequestSeries`` (SPEC §7–§8) on a bare session: what it appends, and when it skips work."""
+"""``RequestSeries`` (docs/design.md#request-series) on a bare session: what it appends, and when it
+skips work."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Sub-agents (issue 14 §4): parent links, cancel propagation, dispose order, forks."""
+"""Sub-agents (docs/design.md#sub-agents): parent links, cancel propagation, dispose order,
+forks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Tool scheduling and the tool pipeline (SPEC §10): order, limits, barriers, errors, durability."""
+"""Tool scheduling and the tool pipeline (docs/design.md#tools): order, limits, barriers, errors,
+durability."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""What a tool hands back (SPEC §10, issue 10 items 9 and 11): bad results are a call's error.
+"""What a tool hands back (docs/design.md#results-order): bad results are a call's error.
 
 A result the log cannot hold (non-JSON ``meta``, non-str content, ...) becomes that call's
 ``TOOL_ERROR``; text with surrogate code points is escaped so every store can encode it; an
 exception whose ``str()`` fails is still ``TOOL_ERROR``. Tool-pipeline hooks that raise end the
-turn ``error`` (SPEC §12); none of it stops another agent or the runtime.
+turn ``error`` (docs/design.md#where-failures-go); none of it stops another agent or the runtime.
 """
 
 from __future__ import annotations
@@ -291,7 +291,8 @@ async def test_a_base_exception_from_a_handler_propagates(autojump_clock):
     assert_well_formed(events)
 
 
-# -- tool-pipeline hooks that raise end the turn, never the loop or other agents (SPEC §12) ----
+# -- tool-pipeline hooks that raise end the turn, never the loop or other agents ---------------
+# (docs/design.md#where-failures-go)
 
 
 async def _ok(arguments: Any, context: Any) -> str:

@@ -1,4 +1,5 @@
-"""The turn/step machine through real turns (SPEC §6, §9): sequences, steering, hooks, ends."""
+"""The turn/step machine through real turns (docs/design.md#turns-and-steps): sequences, steering,
+hooks, ends."""
 
 from __future__ import annotations
 

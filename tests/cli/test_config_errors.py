@@ -171,7 +171,8 @@ def _laughs() -> str:
 _DEEP = 10_000
 _ONE_MIB = 1024 * 1024
 
-# Issue 10 item 14: hostile files are refused with one line and exit 2 (before: exit 1 with a
+# docs/design.md#validation: hostile files are refused with one line and exit 2 (before: exit 1 with
+# a
 # RecursionError line, or the file read whole and then refused or run for another reason).
 LIMITS = [
     pytest.param(

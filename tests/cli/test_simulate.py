@@ -127,7 +127,8 @@ def test_memory_store_and_exit_code_rules(tmp_path: Path) -> None:
     )
     assert exit_code(SimSummary(**base)) == 0
     assert exit_code(SimSummary(**{**base, "violations": 2})) == 1
-    # SPEC §17: exit 1 only on violations; turns that did not complete are reported, not failed
+    # docs/design.md#exit-codes: exit 1 only on violations; turns that did not complete are
+    # reported, not failed
     assert exit_code(SimSummary(**{**base, "turns_completed": 0})) == 0
 
 

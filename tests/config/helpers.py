@@ -1,4 +1,4 @@
-"""Shared fixtures of the config tests: the SPEC example, config builders, strategies."""
+"""Shared fixtures of the config tests: the full example config, config builders, strategies."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from dsh_agent_loop.config.providers import StreamLimitsConfig
 from dsh_agent_loop.errors import ConfigError
 from dsh_agent_loop.tools.builtin import BUILTIN_TOOLS
 
-SPEC_EXAMPLE = """\
+SEED_EXAMPLE = """\
 plugins:
   - name: '@deepseek-ai/dsh-agent-loop'
     config:

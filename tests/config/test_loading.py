@@ -27,11 +27,11 @@ from dsh_agent_loop.config import (
 )
 from dsh_agent_loop.errors import ConfigError
 
-from .helpers import P0, SPEC_EXAMPLE, config_with, error_of, runtime_configs
+from .helpers import P0, SEED_EXAMPLE, config_with, error_of, runtime_configs
 
 
 def test_spec_example_loads_from_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "agents.yaml").write_text(SPEC_EXAMPLE, encoding="utf-8")
+    (tmp_path / "agents.yaml").write_text(SEED_EXAMPLE, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     config = load_config("agents.yaml")
     assert config.source == "agents.yaml"
@@ -58,9 +58,9 @@ def test_spec_example_loads_from_file(tmp_path: Path, monkeypatch: pytest.Monkey
 
 def test_spec_example_loads_from_mapping_and_path_object(tmp_path: Path) -> None:
     path = tmp_path / "agents.yaml"
-    path.write_text(SPEC_EXAMPLE, encoding="utf-8")
+    path.write_text(SEED_EXAMPLE, encoding="utf-8")
     from_path = load_config(path)
-    from_mapping = load_config(yaml.safe_load(SPEC_EXAMPLE))
+    from_mapping = load_config(yaml.safe_load(SEED_EXAMPLE))
     assert from_mapping.source == "<config>"
     assert from_path.source == str(path)
     assert attrs.evolve(from_path, source="<config>") == from_mapping
@@ -89,12 +89,12 @@ def test_null_means_not_set(tmp_path: Path) -> None:
 
 
 def test_records_are_frozen() -> None:
-    config = load_config(yaml.safe_load(SPEC_EXAMPLE))
+    config = load_config(yaml.safe_load(SEED_EXAMPLE))
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         config.store = "memory"  # type: ignore[misc]
     with pytest.raises(TypeError):
         config.providers["x"] = OpenAIProviderConfig()  # type: ignore[index]
-    assert hash(config) == hash(load_config(yaml.safe_load(SPEC_EXAMPLE)))
+    assert hash(config) == hash(load_config(yaml.safe_load(SEED_EXAMPLE)))
 
 
 def test_unstructure_gives_the_file_shape_back() -> None:
@@ -277,7 +277,8 @@ HIDDEN_BOMB = (
 def test_a_billion_laughs_file_is_refused_before_expansion(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, where: str
 ) -> None:
-    """Regression (issue 10 item 14): aliases were expanded by every walk of the loaded tree."""
+    """Regression (docs/design.md#validation): aliases were expanded by every walk of the loaded
+    tree."""
     (tmp_path / "c.yaml").write_text(text, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     assert error_of("c.yaml") == (
@@ -309,7 +310,7 @@ def test_alias_uses_are_budgeted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_files_over_one_mib_are_refused_unread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Regression (issue 10 item 14): any size was read and parsed."""
+    """Regression (docs/design.md#validation): any size was read and parsed."""
     monkeypatch.chdir(tmp_path)
     padded = "store: memory\n#"
     (tmp_path / "limit.yaml").write_text(padded + "x" * (MIB - len(padded)), encoding="utf-8")
@@ -366,7 +367,7 @@ MAP_PATH = "providers" + ".a" * 63
 def test_deep_yaml_is_a_config_error_naming_the_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, expected: str
 ) -> None:
-    """Regression (issue 10 item 14): deep nesting raised RecursionError."""
+    """Regression (docs/design.md#validation): deep nesting raised RecursionError."""
     (tmp_path / "c.yaml").write_text(text, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     assert error_of("c.yaml") == f"c.yaml: {expected}"
@@ -376,7 +377,8 @@ def test_deep_yaml_is_a_config_error_naming_the_path(
 
 
 def test_deep_mappings_are_a_config_error_naming_the_path() -> None:
-    """Regression (issue 10 item 14): a deep mapping given directly raised RecursionError."""
+    """Regression (docs/design.md#validation): a deep mapping given directly raised
+    RecursionError."""
     message = "nested deeper than 64 levels"
     assert error_of({"store": deep_list(DEEP)}) == f"<config>: {LIST_PATH}: {message}"
     assert error_of({"providers": deep_mapping(DEEP)}) == f"<config>: {MAP_PATH}: {message}"
@@ -392,7 +394,8 @@ def test_deep_mappings_are_a_config_error_naming_the_path() -> None:
 
 
 async def test_open_runtime_refuses_a_deep_config_mapping() -> None:
-    """Regression (issue 10 item 14): ``open_runtime(config=...)`` raised RecursionError."""
+    """Regression (docs/design.md#validation): ``open_runtime(config=...)`` raised
+    RecursionError."""
     with pytest.raises(ConfigError) as info:
         async with open_runtime(config={"providers": deep_mapping(DEEP)}):
             pass

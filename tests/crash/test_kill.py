@@ -1,4 +1,5 @@
-"""``kill -9`` at random moments, then resume: nothing acknowledged is lost (RELIABILITY.md).
+"""``kill -9`` at random moments, then resume: nothing acknowledged is lost
+(docs/reliability.md#crash-tests).
 
 A child process (``child.py``) runs one agent on one session, turn after turn, and prints every
 seq it saw acknowledged as durable. The parent kills it with SIGKILL after a seeded random

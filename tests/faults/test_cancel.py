@@ -1,4 +1,4 @@
-"""Fault corpus: outer cancellation and closed agents (issue 10, items 7, 8, 15; SPEC §11, §13).
+"""Fault corpus: outer cancellation and closed agents (docs/design.md#shutdown).
 
 Cancelling the scope around ``open_runtime`` while agents are mid-turn stores every closer
 (the interrupted anchor, synthetic results, ``step/end``, ``turn/end {aborted}``) and lets a

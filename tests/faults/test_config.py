@@ -1,4 +1,4 @@
-"""Fault corpus: hostile configuration (issue 10, item 14; SPEC §16, §17).
+"""Fault corpus: hostile configuration (docs/design.md#validation).
 
 Each hostile config is opened as a second runtime while a first runtime's two agents work:
 ``open_runtime(bad)`` raises ``ConfigError`` (``code == "CONFIG_INVALID"``, one line, never a

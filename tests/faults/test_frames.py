@@ -1,4 +1,4 @@
-"""Fault corpus: malformed provider frames over real loopback HTTP (issue 10, items 1–5; SPEC §15).
+"""Fault corpus: malformed provider frames over real loopback HTTP (docs/design.md#failure-mapping).
 
 The victim's provider is configured the public way (``open_runtime(config={"providers": ...})``,
 ``api_key_env: null``: a keyless local server) and posts to a real loopback HTTP/1.1 server that
@@ -329,7 +329,7 @@ async def test_arguments_as_object(tmp_path: Path) -> None:
         assert "noted v" in json.dumps(result["message"]["content"])
 
 
-# --- reasoning replay (item 1) ---------------------------------------------------------------
+# --- reasoning replay (docs/design.md#reasoning-replay) ---------------------------------------
 
 
 def _tool_turn(reasoning: str | None) -> list[bytes]:

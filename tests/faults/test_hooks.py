@@ -1,4 +1,4 @@
-"""Fault corpus: raising hooks and observers (issue 10, items 10–11; SPEC §3, §12, §13).
+"""Fault corpus: raising hooks and observers (docs/design.md#hooks).
 
 A raising ``on`` observer is logged and isolated: the victim's turn still completes. Raising
 middleware, serial hooks and tool-pipeline hooks end the victim's turn ``error`` with code

@@ -1,4 +1,4 @@
-"""Fault corpus: a PostgreSQL connection lost mid-session (issue 10, item 12; SPEC §14).
+"""Fault corpus: a PostgreSQL connection lost mid-session (docs/design.md#store-failures).
 
 Needs ``DSH_TEST_POSTGRES_DSN`` (skipped otherwise). Between two turns, every server backend of
 the store's connections is terminated from outside; the next commits retry on a new connection

@@ -1,4 +1,4 @@
-"""Fault corpus: storage faults (issue 10, items 9, 16; SPEC §13, §14).
+"""Fault corpus: storage faults (docs/design.md#store-failures).
 
 A store that fails for the victim's session only (through the public ``SessionStore`` protocol)
 stops the victim: ``agent/error`` ``STORE_FAILED`` (``OWNERSHIP_LOST`` for a lost lease), the victim

@@ -1,4 +1,4 @@
-"""Fault corpus: hostile tool results and handlers (issue 10, items 9–11; SPEC §10, §11).
+"""Fault corpus: hostile tool results and handlers (docs/design.md#results-order).
 
 The victim's model calls one hostile tool, then answers. Whatever the tool does, its call ends
 with a ``tool/result`` (``TOOL_ERROR`` where the contract says so, or a clean result where it

@@ -1,5 +1,5 @@
 """Whole agent turns against real HTTP: the openai and anthropic adapters talking to the loopback
-server, tools running, and the next request built from the log (SPEC §6–§10, §15)."""
+server, tools running, and the next request built from the log (docs/design.md#turns-and-steps)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Reasoning replay (SPEC §15): which assistant messages carry ``reasoning_content`` back.
+"""Reasoning replay (docs/design.md#reasoning-replay): which assistant messages carry
+``reasoning_content`` back.
 
 The policy is per model (``never | tool-turns | always``, from the model table, overridable per
 provider and per model). The tool loops run against loopback servers that behave like the two

@@ -1,4 +1,4 @@
-"""The default retry policy's timing (SPEC §12), measured in virtual time.
+"""The default retry policy's timing (docs/design.md#retry-policy), measured in virtual time.
 
 The openai adapter runs on ``httpx.MockTransport`` (in-process, no sockets), so a whole agent turn
 runs under trio's autojump ``MockClock``: every backoff sleep is exact and instant. The handler

@@ -1,4 +1,5 @@
-"""Derived history (SPEC §4): the surface projection, replacements and ``derive_messages``."""
+"""Derived history (docs/design.md#derived-history): the surface projection, replacements and
+``derive_messages``."""
 
 from __future__ import annotations
 

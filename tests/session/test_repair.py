@@ -1,4 +1,5 @@
-"""Crash repair (SPEC §14, RELIABILITY §7): closers for an interrupted turn; sans-I/O."""
+"""Crash repair (docs/reliability.md#crash-repair-outcomes): closers for an interrupted turn;
+sans-I/O."""
 
 from __future__ import annotations
 

@@ -148,7 +148,7 @@ async def test_a_full_batch_is_committed_at_once_without_a_barrier_or_the_timer(
     assert [e.seq for e in await (await store.open("s-1")).read()] == list(range(8))
 
 
-# -- any exception a handle raises is that session's STORE_FAILED (SPEC §14, issue 10 item 9) --
+# -- any exception a handle raises is that session's STORE_FAILED (docs/design.md#group-commit) --
 
 
 class _BrokenHandle:
@@ -255,7 +255,8 @@ async def test_an_unexpected_handle_error_stops_that_agent_only(
 
 async def test_a_store_failure_while_idle_stops_that_agent_at_once(autojump_clock):
     # An idle agent's queued events are committed by the commit timer, with no turn to report a
-    # failure: the agent still emits agent/error and is disposed at once (SPEC §14).
+    # failure: the agent still emits agent/error and is disposed at once
+    # (docs/design.md#store-failures).
     store = _OneBrokenSession("main", "append", OSError(28, "No space left on device"))
     errors: list[Any] = []
     model = ScriptedModel([Reply.text("fine")])

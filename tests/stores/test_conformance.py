@@ -1,4 +1,5 @@
-"""The SessionStore contract (SPEC §14), checked on every backend: memory, sqlite, jsonl, postgres.
+"""The SessionStore contract (docs/design.md#store-protocol), checked on every backend: memory,
+sqlite, jsonl, postgres.
 
 Each test gets a ``StoreFactory``; calling it twice gives two store objects on the same
 location (the same file, directory or tables), which is how "durable" is checked. The memory

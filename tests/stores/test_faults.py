@@ -1,4 +1,5 @@
-"""Storage faults at every database call of a turn, on SQLite and PostgreSQL (RELIABILITY.md).
+"""Storage faults at every database call of a turn, on SQLite and PostgreSQL
+(docs/reliability.md#storage-fault-matrix).
 
 The store under test connects through a connection class that counts the calls it makes
 (statements and commits) once armed, and makes the n-th one fail. For every n over a whole

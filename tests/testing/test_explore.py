@@ -1,4 +1,4 @@
-"""explore_cancellation: every checkpoint of the issue's scenarios; broken variants it catches."""
+"""explore_cancellation: every checkpoint of the project's scenarios; broken variants it catches."""
 
 from __future__ import annotations
 

@@ -384,7 +384,9 @@ class AgentActor(Generic[FacadeT]):
         self.hooks.emit(event.type, event)
 
     def on_store_failure(self, failure: StoreError) -> None:
-        """Called by the session writer when the store fails; an idle agent stops now (§14).
+        """Called by the session writer when the store fails; an idle agent stops now.
+
+        See docs/design.md#store-failures.
 
         A running turn meets the failure at its next flush and reports it there; an idle agent
         (its events committed by the timer) emits ``agent/error`` at once and its driver ends,
@@ -455,7 +457,8 @@ class AgentActor(Generic[FacadeT]):
     def attach(self, nursery: trio.Nursery, on_store_stop: _Disposable | None = None) -> None:
         """Give the agent its own nursery (its task's), where its driver runs from now on.
 
-        ``on_store_stop.dispose()`` is awaited by the driver that finds the store failed (§14):
+        ``on_store_stop.dispose()`` is awaited by the driver that finds the store failed
+        (docs/design.md#store-failures):
         it disposes the agent, so that the others go on. Work queued before this starts now.
         """
         self._nursery = nursery

@@ -1,4 +1,6 @@
-"""Durable tool approval: calls that wait for a person's decision, across restarts (issue 12 §6).
+"""Durable tool approval: calls that wait for a person's decision, across restarts.
+
+See docs/design.md#approvals.
 
 A call whose tool ``requires_approval`` is deferred by its ``ToolBatch``: its ``tool/call`` and a
 ``tool/approval-requested`` are stored (flushed), the other calls of the step run as usual, and

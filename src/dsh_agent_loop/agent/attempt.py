@@ -1,4 +1,4 @@
-"""``Attempt``: one model call of a step (SPEC §6, §9, §12).
+"""``Attempt``: one model call of a step (docs/design.md#attempts).
 
 An attempt proposes the request config (``agent/request``), prepares the call, then runs the
 synchronous phase with no await in it (reconcile the prompt, admit the step's users, write the

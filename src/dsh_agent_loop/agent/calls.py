@@ -1,4 +1,6 @@
-"""``Agent.run`` and ``Agent.run_stream``: one message as an awaitable call (issue 12 §1–§3).
+"""``Agent.run`` and ``Agent.run_stream``: one message as an awaitable call.
+
+See docs/design.md#awaitable-turns.
 
 A call queues its message ``next-turn`` and waits for the turn that claims it. Which turn that
 is, is read from the log as it is appended: the agent's ``Calls`` projection folds

@@ -3,7 +3,8 @@
 Before a step whose estimated input reaches the policy's trigger, the surface after node 0 and
 before the kept turns (never splitting a tool call from its result) is summarised and replaced
 by one ``user/message`` with ``source: compaction``; the replacement moves the surface
-generation, so the next request starts a new series (SPEC §7). Nothing is appended until the
+generation, so the next request starts a new series (docs/design.md#request-series). Nothing is
+appended until the
 summary is in hand: a cancel during the summary call leaves the log as it was.
 """
 

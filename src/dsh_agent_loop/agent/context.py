@@ -7,7 +7,8 @@ the whole request is a floor, so a provider that under-reports (or none that rep
 hide a growing history. A user ``token_counter`` counts the whole request instead.
 
 **Replacement.** ``replace_history`` appends one ``user/message`` or ``assistant/message`` with a
-replace ``surface_op`` (SPEC §4): only between turns or inside ``agent/pre-step``, never over
+replace ``surface_op`` (docs/design.md#context-and-compaction): only between turns or inside
+``agent/pre-step``, never over
 node 0, never splitting a tool call from its result, and only over events on the surface.
 """
 

@@ -1,4 +1,4 @@
-"""``AgentHandle``: owns one live agent and tears it down exactly once (SPEC §13).
+"""``AgentHandle``: owns one live agent and tears it down exactly once (docs/design.md#teardown).
 
 Teardown is memoised and exact: stop the agent taking work and cancel its running turn
 (``disposed``; its sub-agents' running turns abort with cause ``parent``), dispose its live

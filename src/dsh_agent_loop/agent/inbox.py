@@ -1,4 +1,4 @@
-"""The agent's inbox API: every change is one ``agent/inbox/spliced`` event (SPEC §5).
+"""The agent's inbox API: every change is one ``agent/inbox/spliced`` event (docs/design.md#inbox).
 
 Two pending lists, ``next-turn`` (follow-up prompts) and ``next-step`` (steering and injected
 context). Insert, edit, remove, claim and clear are all splices at list coordinates; the API

@@ -1,4 +1,4 @@
-"""Create, resume and fork agents (SPEC §13), and the runtime's agent registry.
+"""Create, resume and fork agents (docs/design.md#lifecycle), and the runtime's agent registry.
 
 Create is one rollback-protected transaction: take write ownership (``store.create``), build the
 session, agent and scope, append the seed and ``session/end-seed``, await ``setup``, emit
@@ -19,7 +19,7 @@ its teardown detaches it (or the creation fails); a parent disposes its children
 
 Lifecycle notifications (``agent/created``, ``agent/disposed``, ...) go to ``on`` observers that
 cannot break what they observe: a raising observer is logged and ignored. The one exception is
-``session/created``, whose raising listener vetoes the creation (SPEC §13).
+``session/created``, whose raising listener vetoes the creation (docs/design.md#create).
 """
 
 from __future__ import annotations
@@ -276,7 +276,8 @@ class Agents:
 
         The new session's events are the source's stored events with ``seq < at_seq`` (every
         stored one when None; a live source is read from what it has committed), kept at seqs
-        ``0..at_seq-1``, then ``session/end-seed {inherited: true}`` (SPEC §14). A cut inside an
+        ``0..at_seq-1``, then ``session/end-seed {inherited: true}`` (docs/design.md#forks). A cut
+        inside an
         open turn is closed after the seed as crash repair closes it (``agent/subagents.py``).
         The header records ``forked_from: {session_id, at_seq}`` (``at_seq`` the number of
         inherited events) and, for a sub-agent, ``parent_session_id``. Options not given are

@@ -1,4 +1,6 @@
-"""Structured output: a turn that must end with a ``final_result`` tool call (issue 12 §5).
+"""Structured output: a turn that must end with a ``final_result`` tool call.
+
+See docs/design.md#structured-output.
 
 A caller registers an output type for a pending message (``run(..., output_type=...)``,
 ``agent/calls.py``); the turn that claims that message is a structured-output turn. Its requests

@@ -1,4 +1,6 @@
-"""System-prompt projection: assembly records and the reconciliation decision table (SPEC §7).
+"""System-prompt projection: assembly records and the reconciliation decision table.
+
+See docs/design.md#system-prompt.
 
 System nodes are the surviving ``system/message`` surface events; node 0 is the head and the
 effective prompt is the latest non-empty node. Given the rendered prompt, the route's

@@ -1,7 +1,8 @@
-"""Per-request decisions: pre-step, retry, and the request records (SPEC §6, §8, §12).
+"""Per-request decisions: pre-step, retry, and the request records.
 
-Pre-step decisions and retry requests, the default retry policy, and which
-``request/header`` / ``request/context`` records a request writes.
+Pre-step decisions and retry requests (docs/design.md#step-inputs), the default retry policy
+(docs/design.md#retry-policy), and which ``request/header`` / ``request/context`` records a
+request writes (docs/design.md#request-records).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ __all__ = [
     "header_reason",
 ]
 
-#: Attempts per step, the first included (SPEC §12).
+#: Attempts per step, the first included (docs/design.md#retry-policy).
 MAX_ATTEMPTS: Final = 5
 #: Cap on a provider's ``Retry-After``.
 MAX_RETRY_AFTER: Final = 60.0

@@ -1,4 +1,6 @@
-"""``TurnResult``: what one turn did, read back from its events in the log (issue 12 §1).
+"""``TurnResult``: what one turn did, read back from its events in the log.
+
+See docs/design.md#awaitable-turns.
 
 The log is the truth: a result is built only from the turn's stored events, ``turn/start``
 through ``turn/end``, never from live state, so the same turn read again (or after a resume)

@@ -1,4 +1,4 @@
-"""``RequestSeries``: one agent's requests as a series (SPEC §7–§8).
+"""``RequestSeries``: one agent's requests as a series (docs/design.md#request-series).
 
 The series decides, for each request, whether a new request series starts, which
 ``system/message`` events reconcile the system prompt, and which ``request/header`` and

@@ -1,9 +1,9 @@
-"""What a step starts from (SPEC §6): prompt assembly, runtime context, pre-step, user messages.
+"""What a step starts from: prompt assembly, runtime context, pre-step, user messages.
 
 Each input is a waterfall hook whose default is computed here; when nobody listens the default
 is computed directly, without a coroutine. The default prompt assembly is rebuilt only when
 something it depends on changed (``AssemblyCache``), so the same assembly, and with it the same
-tool schemas, is reused step after step.
+tool schemas, is reused step after step (docs/design.md#step-inputs).
 """
 
 from __future__ import annotations

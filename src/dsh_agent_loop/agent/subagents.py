@@ -6,7 +6,8 @@ parent lists it in ``Agent.children`` (``agent/lifecycle.py`` links and unlinks 
 
 Cancel propagation rule: whenever the parent's running turn is cancelled — ``agent.cancel``, a
 cancelled ``run()`` caller (``abort_turn``), a turn budget, a disposal — each live child's running
-turn is aborted with cause ``parent`` (SPEC §3 ``turn/end {aborted, cause: parent}``), and so on
+turn is aborted with cause ``parent`` (``turn/end {aborted, cause: parent}``,
+docs/design.md#sub-agents), and so on
 down the tree, synchronously, before the parent's turn has even wound down. A deadline
 (``maxSeconds``) cancels the parent's scope without a call: a ``run()`` of the child made from
 inside the parent's cancelled turn (the ``delegate`` tool's) then aborts the child's turn with

@@ -1,4 +1,6 @@
-"""Subscribers of one agent: bounded trio channels that never end silently (SPEC §3).
+"""Subscribers of one agent: bounded trio channels that never end silently.
+
+See docs/design.md#notifications.
 
 The agent delivers with ``send_nowait`` and never waits for a reader. A subscriber that falls
 ``max_buffer`` events behind is marked overflowed: its send side is closed, so the reader still

@@ -1,4 +1,4 @@
-"""Runs one step's tool calls in model order (SPEC §10–§11).
+"""Runs one step's tool calls in model order (docs/design.md#tools).
 
 Admission in model order, a bounded rolling pool, exclusive barriers, keyed serialisation,
 and results committed in model order.

@@ -1,4 +1,6 @@
-"""``Turn``: one turn of one agent, from ``turn/start`` to ``turn/end`` (SPEC §6, §10–§12).
+"""``Turn``: one turn of one agent, from ``turn/start`` to ``turn/end``.
+
+See docs/design.md#turns-and-steps.
 
 Every fact is appended before the next step is derived from it, and every exit path closes
 what it opened, synchronously, before ``turn/end``: a stream in flight becomes an interrupted

@@ -56,7 +56,8 @@ FULL_SIZES = (*SIZES, 100_000)
 GROWTH_FROM, GROWTH_TO = 100, 10_000
 #: The sizes the throughput target applies to.
 SHARE_SIZES = (2_000, 10_000)
-#: The issue's targets (``dsh-agent bench`` row key → bound).
+#: The scale benchmark's targets (docs/scale.md#the-scale-benchmark), ``dsh-agent bench`` row key →
+#: bound.
 TARGETS = {"scale_growth": 1.3, "scale_share": 0.25, "scale_gc": 0.10}
 #: What a child process runs (``python -m``): this module, from the same package as its parent.
 MODULE = "dsh_agent_loop.bench.scale"

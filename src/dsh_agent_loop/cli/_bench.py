@@ -38,7 +38,7 @@ __all__ = [
     "tabulate",
 ]
 
-#: The project's targets (issues #2, #4, #13, #15). Rows whose key is in ``AT_LEAST`` must reach the
+#: The project's targets (docs/cli.md#bench). Rows whose key is in ``AT_LEAST`` must reach the
 #: bound (a share of the reference, or an absolute rate); every other row must stay at or below it.
 DEFAULT_TARGETS: Final[Mapping[str, float]] = {
     "w1": 5.0,
@@ -55,7 +55,7 @@ DEFAULT_TARGETS: Final[Mapping[str, float]] = {
 }
 #: Rows whose target is a lower bound.
 AT_LEAST: Final = frozenset({"w3", "sse_abs", "sqlite_append", "scale_share"})
-#: Agent counts whose scale-benchmark throughput has a target (issue #15).
+#: Agent counts whose scale-benchmark throughput has a target (docs/scale.md#the-scale-benchmark).
 SCALE_SHARE_SIZES: Final = frozenset({2_000, 10_000})
 
 

@@ -526,7 +526,10 @@ def _width(summary: SimSummary) -> str:
 
 
 def exit_code(summary: SimSummary) -> int:
-    """1 only on invariant violations (SPEC §17); turns that did not complete are reported."""
+    """1 only on invariant violations; turns that did not complete are reported.
+
+    See docs/design.md#exit-codes.
+    """
     return EXIT_FAILED if summary.violations else EXIT_OK
 
 

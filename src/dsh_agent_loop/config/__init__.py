@@ -1,6 +1,7 @@
 """Configuration: the config file as frozen records, strict loading, and layered live settings.
 
-``load_config`` reads the whole file shape (SPEC §16) into a ``RuntimeConfig``: the plugin block
+``load_config`` reads the whole file shape (docs/design.md#file-shape) into a ``RuntimeConfig``: the
+plugin block
 with its declared agents (``agents``), the store URL and the providers (``providers``, one
 tagged union over ``kind``). ``Settings`` reads the live settings layers (``settings``).
 

@@ -1,6 +1,7 @@
 """Key names: how each record's attributes are spelled in the file, and the other spelling.
 
-The plugin block keeps the seed's camelCase keys (``maxParallelToolCalls``); ``store`` and
+The plugin block keeps the camelCase keys the TypeScript package spells (``maxParallelToolCalls``;
+docs/design.md#file-shape); ``store`` and
 ``providers`` are snake_case, as the attributes are. Either spelling is read everywhere
 (``max_parallel_tool_calls``, ``baseUrl``), one per key in a mapping; messages and
 ``unstructure`` use the record's own spelling, and an unknown key is answered with the closest

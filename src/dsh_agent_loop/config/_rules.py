@@ -103,7 +103,8 @@ ProviderKind: TypeAlias = Annotated[
 PermissionRule: TypeAlias = Annotated[str, Rule("a permission rule string", rule_problem)]
 """``NAME``, ``*`` or ``NAME(PATTERN)``: an item of ``permissions.allow``, ``ask`` or ``deny``."""
 ReasoningReplay: TypeAlias = Literal["never", "tool-turns", "always"]
-"""The ``reasoning_replay`` policy of an openai provider or model (SPEC §15)."""
+"""The ``reasoning_replay`` policy of an openai provider or model
+(docs/design.md#reasoning-replay)."""
 
 
 def kind_name(value: Any) -> str:

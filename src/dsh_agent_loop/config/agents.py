@@ -1,6 +1,7 @@
 """Agent declarations: the plugin's ``config`` block, its ``agents[]`` and their turn budgets.
 
-The block keeps the seed's camelCase keys. ``TurnBudget``, ``Limits``, ``Permissions`` and
+The block keeps the TypeScript package's camelCase keys (docs/design.md#file-shape). ``TurnBudget``,
+``Limits``, ``Permissions`` and
 ``Sandbox`` are the public records agents and the runtime are created with; they live below both
 (``limits``, ``permissions``, ``sandbox``), and the config reads them with the rules below
 attached, so a record loaded from a file and one given in code are the same class.

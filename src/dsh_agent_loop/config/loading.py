@@ -168,7 +168,7 @@ def load_config(
     base_dir: str | os.PathLike[str] | None = None,
     tool_catalog: ToolCatalog | None = None,
 ) -> RuntimeConfig:
-    """Load and validate a config: the whole file shape (SPEC §16).
+    """Load and validate a config: the whole file shape (docs/design.md#file-shape).
 
     Nothing is opened or started here; every fault is reported at once. The ``tools`` lists are
     checked against ``tool_catalog``: ``dsh_agent_loop.load_config`` (and ``open_runtime``)

@@ -1,6 +1,7 @@
 """HTTP plumbing shared by the streaming adapters: clients, failure mapping, the SSE pump.
 
-Failure mapping (SPEC §15): 401/403 → ``AUTH`` naming the key's env var, 429 → ``HTTP_429``,
+Failure mapping (docs/design.md#failure-mapping): 401/403 → ``AUTH`` naming the key's env var, 429 →
+``HTTP_429``,
 5xx and 529 → ``HTTP_5XX``, a 400/413 whose body says the context window is exceeded →
 ``CONTEXT_OVERFLOW``, other 4xx → ``HTTP_4XX`` with the provider's message; a connect
 failure → ``CONNECTION``, any timeout → ``TIMEOUT``, a transport error once the body streams or

@@ -1,6 +1,7 @@
 """Assembles an attempt's chunks into assistant content blocks (sans-I/O).
 
-Rules (SPEC §9): the *delivered prefix* is what arrived before the stream stopped. Text and
+Rules (docs/design.md#streaming): the *delivered prefix* is what arrived before the stream stopped.
+Text and
 reasoning blocks keep whatever text they received. A tool call is kept only when complete: its
 ``block-end`` arrived, or the stream finished normally (``stop``/``tool-calls``), which completes
 every open block. On ``max-tokens`` or a cancel, an unended tool call is dropped ("cut").

@@ -50,7 +50,7 @@ FinishReason = Literal["stop", "tool-calls", "max-tokens", "aborted", "error"]
 BlockKind = Literal["text", "reasoning", "tool-call"]
 SystemPromptUpdate = Literal["in-history"] | None
 
-#: Failure codes the default retry policy retries (SPEC §12).
+#: Failure codes the default retry policy retries (docs/design.md#retry-policy).
 TRANSIENT_CODES: Final = frozenset({"HTTP_429", "HTTP_5XX", "TIMEOUT", "CONNECTION", "STREAM_CUT"})
 
 
@@ -206,7 +206,8 @@ def _freeze_tuple(value: Sequence[Any]) -> Sequence[Any]:
 class ModelRequest:
     """What one model attempt is asked: ``{**config, messages, tools}``, frozen.
 
-    ``messages`` are derived messages (``role`` + ``content`` blocks, SPEC §4) in log order,
+    ``messages`` are derived messages (``role`` + ``content`` blocks,
+    docs/design.md#derived-history) in log order,
     system nodes included; there is no separate system field. ``tools`` are
     ``{name, description, parameters}`` schemas.
     """

@@ -1,6 +1,6 @@
 """Projections folded synchronously on every append: the inbox and the loop's own state.
 
-The inbox fold (SPEC §5) applies ``agent/inbox/spliced`` events at list coordinates; a
+The inbox fold (docs/design.md#inbox) applies ``agent/inbox/spliced`` events at list coordinates; a
 persisted splice whose coordinates are out of range fails with ``invalid persisted inbox
 splice at session seq N``. The loop-state fold tracks what the driver and crash repair need
 from the log alone (turn and step numbers, open turn/step, the latest request header and

@@ -1,4 +1,6 @@
-"""Crash repair (SPEC §13–§14): the events that close a turn interrupted by a process crash.
+"""Crash repair: the events that close a turn interrupted by a process crash.
+
+See docs/design.md#crash-repair.
 
 A crash loses the model stream in flight (nothing of it was stored), so repair works only from
 what is stored. For the open turn, every model tool call without a result gets one, in model

@@ -3,7 +3,7 @@
 The driver and the session writer talk to storage only through these protocols; concrete
 backends live in ``dsh_agent_loop.stores`` and import this module, never the reverse.
 
-Contract (SPEC §14), the part every backend's conformance test checks:
+Contract (docs/design.md#store-protocol), the part every backend's conformance test checks:
 
 - ``create(header)`` takes write ownership of a new id; a taken id raises
   ``SessionAlreadyExistsError``. A session with no stored event is absent for ``list``/``stat``/

@@ -1,6 +1,7 @@
 """The session writer: one trio task per live session, the only place that talks to its handle.
 
-Design rule (RELIABILITY.md): never acknowledge before commit. ``Session.append`` only queues
+Design rule (docs/reliability.md#commit-before-acknowledging): never acknowledge before commit.
+``Session.append`` only queues
 events and notes it here; the task group-commits everything queued (``append`` + ``flush`` on the
 handle), then acknowledges the flush barriers the commit covered, then publishes the committed
 events. Flush callers wait on the barrier; if the store fails, every waiting and later flush
@@ -65,7 +66,8 @@ def as_store_error(exc: BaseException) -> StoreError:
     """``exc`` as this session's store failure: a ``StoreError`` as is, anything else wrapped.
 
     Whatever a handle raises — an ``OSError``, a driver's error, a bug in a store — stops this
-    session only (SPEC §14): it becomes a ``StoreError`` with code ``STORE_FAILED`` whose cause
+    session only (docs/design.md#store-failures): it becomes a ``StoreError`` with code
+    ``STORE_FAILED`` whose cause
     is the original exception.
     """
     if isinstance(exc, StoreError):

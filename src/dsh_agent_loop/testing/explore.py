@@ -1,6 +1,7 @@
 """``explore_cancellation``: cancel a scenario at every checkpoint its agents execute, and check.
 
-How it enumerates (RELIABILITY.md): trio delivers cancellation only at checkpoints, and
+How it enumerates (docs/reliability.md#cancellation-exploration): trio delivers cancellation only at
+checkpoints, and
 ``Instrument.after_task_step`` fires after each step of each task — right after the task
 yielded at a checkpoint. A dry run records the steps of the tasks in the agents' task trees (a
 driver and every task spawned under it): there are K. Then, for n in 1..K, the scenario runs
@@ -17,7 +18,8 @@ not depend on how trio interleaves the tasks, so run n cancels at the same check
 same task every time.
 
 After each run it checks ``invariants.check`` on every stored session (no open turn may remain)
-and the §11 guarantees it can observe: a turn open when the cancel fired ends ``aborted`` with
+and the guarantees of docs/design.md#guarantees it can observe: a turn open when the cancel fired
+ends ``aborted`` with
 the first cause, every committed ``assistant/message`` holds exactly the text its stream
 delivered, and every agent is idle when the scenario returns. The dry run is repeated to check
 that the K steps are the same ones (a non-deterministic scenario cannot be explored), and a run

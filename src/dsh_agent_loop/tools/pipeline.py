@@ -1,4 +1,7 @@
-"""Tool pipeline vocabulary: policy decisions and the standard error results (SPEC §10–§11)."""
+"""Tool pipeline vocabulary: policy decisions and the standard error results.
+
+See docs/design.md#tools.
+"""
 
 from __future__ import annotations
 

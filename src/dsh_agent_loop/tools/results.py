@@ -1,6 +1,7 @@
 r"""Checking what a tool handed back: a result the log can hold and every store can encode.
 
-One agent's bad data must never stop the others (SPEC §10, §14). Whatever a handler (or
+One agent's bad data must never stop the others (docs/reliability.md#failures-stay-local). Whatever
+a handler (or
 ``tools/execute`` / ``tools/post-execute`` middleware) returns is checked once, before it is
 committed, by these rules:
 
