@@ -35,6 +35,8 @@ from dsh_agent_loop._compose import (
     tools_from_config,
 )
 from dsh_agent_loop._frozen import FrozenDict
+from dsh_agent_loop._tools.base import Tool
+from dsh_agent_loop._tools.builtin import BUILTIN_TOOLS
 from dsh_agent_loop.config import (
     PLUGIN_NAME,
     AgentEntry,
@@ -47,18 +49,16 @@ from dsh_agent_loop.config import (
     ScriptedToolCallConfig,
     TimeoutConfig,
 )
-from dsh_agent_loop.config.compaction import CompactionConfig
-from dsh_agent_loop.config.mcp import McpServerConfig, McpToolConfig
-from dsh_agent_loop.config.providers import StreamLimitsConfig
-from dsh_agent_loop.llm.anthropic import AnthropicAdapter
-from dsh_agent_loop.llm.openai import OpenAIAdapter
-from dsh_agent_loop.llm.scripted import Reply, ScriptedModel
-from dsh_agent_loop.llm.stream_limits import StreamLimits
-from dsh_agent_loop.stores.jsonl import JsonlStore
-from dsh_agent_loop.stores.memory import MemoryStore
+from dsh_agent_loop.config._compaction import CompactionConfig
+from dsh_agent_loop.config._mcp import McpServerConfig, McpToolConfig
+from dsh_agent_loop.config._providers import StreamLimitsConfig
+from dsh_agent_loop.llm._anthropic import AnthropicAdapter
+from dsh_agent_loop.llm._openai import OpenAIAdapter
+from dsh_agent_loop.llm._scripted import Reply, ScriptedModel
+from dsh_agent_loop.llm._stream_limits import StreamLimits
+from dsh_agent_loop.stores._jsonl import JsonlStore
+from dsh_agent_loop.stores._memory import MemoryStore
 from dsh_agent_loop.stores.sqlite import SqliteStore
-from dsh_agent_loop.tools.base import Tool
-from dsh_agent_loop.tools.builtin import BUILTIN_TOOLS
 
 _MODULE = """
 from dsh_agent_loop import tool

@@ -38,7 +38,7 @@ _OUTSIDE = re.compile(
         )
     )
 )
-_LINK = re.compile(r"(?P<page>(?:docs/)?[A-Za-z0-9_-]+\.md)#(?P<anchor>[A-Za-z0-9_.-]+)")
+_LINK = re.compile(r"(?P<page>(?:docs/)?[A-Za-z0-9_-]+\.md)#(?P<anchor>[A-Za-z0-9_-]+)")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 

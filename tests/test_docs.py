@@ -266,3 +266,77 @@ def test_fence_parser_reads_markers_and_languages(tmp_path: Path) -> None:
         ("python", None, 19),
     ]
     assert blocks[3].code == "print('hi')"
+
+
+#: What the docs may import: the pinned public namespaces (tests/test_public_surface.py).
+PINNED_NAMESPACES = frozenset(
+    {
+        "dsh_agent_loop",
+        "dsh_agent_loop.testing",
+        "dsh_agent_loop.stores",
+        "dsh_agent_loop.stores.postgres",
+        "dsh_agent_loop.stores.sqlite",
+        "dsh_agent_loop.llm",
+        "dsh_agent_loop.events",
+        "dsh_agent_loop.mcp",
+        "dsh_agent_loop.otel",
+        "dsh_agent_loop.config",
+        "dsh_agent_loop.invariants",
+    }
+)
+
+
+def unpinned_imports(code: str) -> list[str]:
+    """Modules of the package that ``code`` imports and that no pinned namespace is."""
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        tree = None
+    names: list[str] = []
+    if tree is not None:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.append(node.module)
+                if node.module == "dsh_agent_loop":  # ``from dsh_agent_loop import _runtime``
+                    names += [f"dsh_agent_loop.{a.name}" for a in node.names if a.name[0] == "_"]
+            elif isinstance(node, ast.Import):
+                names += [alias.name for alias in node.names]
+    else:  # not Python (a console or a partial snippet): read the import lines
+        names = re.findall(r"(?:from|import)\s+(dsh_agent_loop[\w.]*)", code)
+    package_modules = [n for n in names if n == "dsh_agent_loop" or n.startswith("dsh_agent_loop.")]
+    root_attrs = {"Agent", "invariants"}
+    return [
+        n
+        for n in package_modules
+        if n not in PINNED_NAMESPACES and n.rpartition(".")[2] not in root_attrs
+    ]
+
+
+def test_docs_import_only_pinned_namespaces() -> None:
+    bad = [
+        f"{b.id}: {name}"
+        for b in ALL_BLOCKS
+        if b.lang in ("python", "py", "pycon", "")
+        for name in unpinned_imports(b.code)
+    ]
+    for example in EXAMPLES:
+        bad += [f"{example.name}: {n}" for n in unpinned_imports(example.read_text("utf-8"))]
+    assert bad == []
+    assert sum(1 for b in PYTHON_BLOCKS if "dsh_agent_loop" in b.code) > 20  # the test sees them
+
+
+def test_the_import_check_catches_an_internal_module() -> None:
+    code = (
+        "from dsh_agent_loop import open_runtime\n"
+        "from dsh_agent_loop.llm import Usage\n"
+        "from dsh_agent_loop.llm._base import Usage\n"
+        "import dsh_agent_loop._agent.turn\n"
+        "from dsh_agent_loop import _runtime\n"
+    )
+    assert unpinned_imports(code) == [
+        "dsh_agent_loop.llm._base",
+        "dsh_agent_loop._agent.turn",
+        "dsh_agent_loop._runtime",
+    ]

@@ -1,4 +1,4 @@
-"""Error types (``errors.py``; turn errors: ``agent/results.py``): codes and the class tree."""
+"""Error types (``_errors.py``; turn errors: ``_agent/results.py``): codes and the class tree."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import pickle
 
 import pytest
 
-from dsh_agent_loop import errors
-from dsh_agent_loop.agent.results import (
+from dsh_agent_loop import _errors as errors
+from dsh_agent_loop._agent.results import (
     TurnAbortedError,
     TurnBlockedError,
     TurnError,
     TurnFailedError,
 )
-from dsh_agent_loop.errors import (
+from dsh_agent_loop._errors import (
     AgentAlreadyExistsError,
     AgentClosedError,
     AgentLoopError,
@@ -65,7 +65,7 @@ TURN_ERRORS = {TurnError, TurnFailedError, TurnBlockedError, TurnAbortedError}
 
 
 def test_every_exported_error_has_its_stable_code():
-    # the turn errors carry a TurnResult: they live beside it (agent/results.py)
+    # the turn errors carry a TurnResult: they live beside it (_agent/results.py)
     assert {getattr(errors, name) for name in errors.__all__} == set(CODES) - TURN_ERRORS
     for cls, code in CODES.items():
         assert cls.code == code

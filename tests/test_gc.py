@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from dsh_agent_loop.agent.options import AgentOptions
-from dsh_agent_loop.llm.base import ModelRequest
-from dsh_agent_loop.llm.scripted import Reply, ScriptedModel
-from dsh_agent_loop.runtime import open_runtime
-from dsh_agent_loop.session.store import SessionStore
-from dsh_agent_loop.stores.memory import MemoryStore
-from dsh_agent_loop.stores.sqlite.store import SqliteStore
-from dsh_agent_loop.tools.base import tool
+from dsh_agent_loop._agent.options import AgentOptions
+from dsh_agent_loop._runtime import open_runtime
+from dsh_agent_loop._session.store import SessionStore
+from dsh_agent_loop._tools.base import tool
+from dsh_agent_loop.llm._base import ModelRequest
+from dsh_agent_loop.llm._scripted import Reply, ScriptedModel
+from dsh_agent_loop.stores._memory import MemoryStore
+from dsh_agent_loop.stores.sqlite._store import SqliteStore
 
 AGENTS = 200
 STEPS = 5  # four tool steps, then text
@@ -105,8 +105,8 @@ def _clock() -> float:
 def test_a_session_log_alone_is_invisible_to_the_collector() -> None:
     """The log's part: a session with a whole turn's events adds only its own containers."""
     from dsh_agent_loop._frozen import freeze
+    from dsh_agent_loop._session.log import Session
     from dsh_agent_loop.events import Event
-    from dsh_agent_loop.session.log import Session
 
     def build() -> Session:
         session = Session({"session_id": "s"}, clock=_clock)  # one clock: not counted

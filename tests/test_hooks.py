@@ -18,7 +18,7 @@ from dsh_agent_loop import (
     open_runtime,
     tool,
 )
-from dsh_agent_loop.hooks import HookChain, HookScope
+from dsh_agent_loop._hooks import HookChain, HookScope
 from dsh_agent_loop.testing import actor_of
 
 from .agent.conftest import assert_well_formed, harness, turn_ends
@@ -183,7 +183,7 @@ def test_a_raising_observer_is_logged_and_the_others_still_run(caplog):
     runtime.on("e", lambda e: seen.append(("runtime", e)))
     scoped.on("e", boom)
     scoped.on("e", lambda e: seen.append(("scoped", e)))
-    with caplog.at_level(logging.ERROR, logger="dsh_agent_loop.hooks"):
+    with caplog.at_level(logging.ERROR, logger="dsh_agent_loop._hooks"):
         HookChain(runtime, scoped).emit("e", 1)  # returns: nothing propagates
         runtime.emit("e", 2)  # the bus itself, as the lifecycle uses it
     assert seen == [
@@ -194,7 +194,7 @@ def test_a_raising_observer_is_logged_and_the_others_still_run(caplog):
         ("boom", 2),
         ("runtime", 2),
     ]
-    failures = [r for r in caplog.records if r.name == "dsh_agent_loop.hooks"]
+    failures = [r for r in caplog.records if r.name == "dsh_agent_loop._hooks"]
     assert len(failures) == 3
     for record in failures:
         assert record.levelno == logging.ERROR
@@ -336,7 +336,7 @@ async def test_raising_observers_never_stop_an_agent_or_its_neighbours(autojump_
     other_model = ScriptedModel(
         [Reply.tool_calls(("look", {})), Reply.text("other done")], latency=1.0
     )
-    with caplog.at_level(logging.ERROR, logger="dsh_agent_loop.hooks"):
+    with caplog.at_level(logging.ERROR, logger="dsh_agent_loop._hooks"):
         async with open_runtime(
             store=MemoryStore(),
             providers={"scripted": main_model, "other": other_model},
@@ -363,7 +363,7 @@ async def test_raising_observers_never_stop_an_agent_or_its_neighbours(autojump_
     assert turn_ends(other_events) == [{"kind": "completed"}]
     assert_well_formed(main_events)
     assert_well_formed(other_events)
-    logged = [r for r in caplog.records if r.name == "dsh_agent_loop.hooks"]
+    logged = [r for r in caplog.records if r.name == "dsh_agent_loop._hooks"]
     assert len(logged) == sum(called.values())  # every failure logged, none escaped
     assert {r.exc_info[1].args[0] for r in logged if r.exc_info} == {
         f"{name} observer broke" for name in WATCHED
@@ -406,7 +406,7 @@ def test_only_the_bus_reads_its_listener_tables():
     import ast
     import inspect
 
-    import dsh_agent_loop.hooks as hooks_module
+    import dsh_agent_loop._hooks as hooks_module
 
     tree = ast.parse(inspect.getsource(hooks_module))
     readers = set()

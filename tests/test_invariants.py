@@ -6,8 +6,8 @@ import pytest
 import trio
 
 from dsh_agent_loop import Event, Reply, invariants, tool
+from dsh_agent_loop._session.history import SurfaceProjection
 from dsh_agent_loop.invariants import _RequestScan, check_messages
-from dsh_agent_loop.session.history import SurfaceProjection
 
 from .agent.conftest import harness
 from .session.logs import LogBuilder, reseq

@@ -19,8 +19,8 @@
    ``self._x`` assignment). Friends that must share privates live in one module
    (``docs/architecture.md``); one reasoned exception is listed (``PRIVATE_READS_ALLOWED``).
 5. The turn machine never imports the module that defines the public ``Agent``
-   (``agent/agent.py``) nor its actor's (``agent/_actor.py``), not even for types: it receives
-   the actor as a ``TurnContext`` (``agent/_turn_context.py``).
+   (``_agent/agent.py``) nor its actor's (``_agent/_actor.py``), not even for types: it receives
+   the actor as a ``TurnContext`` (``_agent/_turn_context.py``).
 
 The checkers are plain functions, tested first on a small fake tree so that each bar is seen
 to fail.
@@ -480,13 +480,13 @@ def test_the_checker_finds_private_names_used_on_other_modules_objects(tmp_path:
 #: ``__getattr__`` reads a mapping's keys, so they cannot have public attribute names.
 PRIVATE_READS_ALLOWED = [
     (f"{PACKAGE}.{module}", name)
-    for module in ("session.history", "session.projections", "session.records", "stores._rows")
+    for module in ("_session.history", "_session.projections", "_session.records", "stores._rows")
     for name in ("_k", "_v")
 ]
 
 #: The turn machine: handed the agent's actor as a ``TurnContext``, never the ``Agent``.
 TURN_MACHINE = [
-    f"{PACKAGE}.agent.{name}"
+    f"{PACKAGE}._agent.{name}"
     for name in (
         "_judge", "_permissions", "_tokens", "_tool_invoke", "_turn_context", "approvals",
         "attempt", "calls", "compaction", "context", "delegate", "inbox", "options", "output",
@@ -517,9 +517,9 @@ def test_the_graph_sees_the_package_imports(graph: dict[str, dict[str, int]]) ->
     """A sanity check of the reader: known imports are edges."""
     assert "dsh_agent_loop.stores.sqlite._sync" in graph["dsh_agent_loop.stores.sqlite._commit"]
     assert "dsh_agent_loop.stores._rows" in graph["dsh_agent_loop.stores.sqlite._commit"]
-    assert "dsh_agent_loop.llm._http" in graph["dsh_agent_loop.llm.openai"]
+    assert "dsh_agent_loop.llm._http" in graph["dsh_agent_loop.llm._openai"]
     # an import under TYPE_CHECKING (turn.py's) is an edge too
-    assert "dsh_agent_loop.agent._turn_context" in graph["dsh_agent_loop.agent.turn"]
+    assert "dsh_agent_loop._agent._turn_context" in graph["dsh_agent_loop._agent.turn"]
 
 
 def test_no_private_module_of_another_package_is_imported(
@@ -560,7 +560,7 @@ def test_no_private_name_of_another_module_is_used(modules: dict[str, Module]) -
 def test_the_turn_machine_never_imports_the_agent_or_its_actor(
     graph: dict[str, dict[str, int]],
 ) -> None:
-    facade = {f"{PACKAGE}.agent.agent", f"{PACKAGE}.agent._actor"}
+    facade = {f"{PACKAGE}._agent.agent", f"{PACKAGE}._agent._actor"}
     missing = [name for name in TURN_MACHINE if name not in graph]
     assert not missing, f"no such modules: {missing}"
     found = [

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from dsh_agent_loop import ConfigError, Limits, ScriptedModel, load_config, open_runtime
-from dsh_agent_loop.limits import DEFAULT_LIMITS
+from dsh_agent_loop._limits import DEFAULT_LIMITS
 
 PLUGIN = "@deepseek-ai/dsh-agent-loop"
 

@@ -16,12 +16,12 @@ import tracemalloc
 
 import trio
 
+from dsh_agent_loop._agent.options import AgentOptions
 from dsh_agent_loop._frozen import FrozenDict, freeze
-from dsh_agent_loop.agent.options import AgentOptions
-from dsh_agent_loop.llm.base import ModelRequest
-from dsh_agent_loop.llm.scripted import Reply, ScriptedModel
-from dsh_agent_loop.runtime import open_runtime
-from dsh_agent_loop.tools.base import tool
+from dsh_agent_loop._runtime import open_runtime
+from dsh_agent_loop._tools.base import tool
+from dsh_agent_loop.llm._base import ModelRequest
+from dsh_agent_loop.llm._scripted import Reply, ScriptedModel
 
 AGENTS = 500
 STEPS = 5  # four tool steps, then text

@@ -342,7 +342,7 @@ def test_importing_the_package_does_not_import_opentelemetry() -> None:
     done = _python(
         """
         import sys
-        import dsh_agent_loop, dsh_agent_loop.config, dsh_agent_loop.runtime
+        import dsh_agent_loop, dsh_agent_loop.config, dsh_agent_loop._runtime
         loaded = [m for m in sys.modules if m.startswith("opentelemetry")]
         assert not loaded, loaded
         """

@@ -1,9 +1,9 @@
 """The direction between the packages, as one table: each group may import only what it lists.
 
-A group is a subpackage (``agent``, ``config``, ...), a root module of its own (``otel``,
+A group is a subpackage (``_agent``, ``config``, ...), a root module of its own (``otel``,
 ``invariants``), the root ``__init__`` (``root``: the public face), or one of two sets of root
 modules: ``base`` (the plain records and small helpers everything may use; they import only each
-other) and ``runtime`` (``runtime.py`` and the modules that compose it from a config). Every
+other) and ``runtime`` (``_runtime.py`` and the modules that compose it from a config). Every
 import counts: those inside functions (a deferred import is still a dependency) and those under
 ``if TYPE_CHECKING:`` (a type is a dependency too). An edge inside one group is not checked here
 (``tests/test_layering.py`` checks that no import cycle remains anywhere).
@@ -30,12 +30,12 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 #: Root modules of the bottom layer: records and helpers every package may import.
 BASE = (
-    "errors",
+    "_errors",
     "events",
-    "hooks",
-    "limits",
-    "permissions",
-    "sandbox",
+    "_hooks",
+    "_limits",
+    "_permissions",
+    "_sandbox",
     "_frozen",
     "_gc",
     "_mcp_names",
@@ -45,31 +45,31 @@ BASE = (
     "_wakeup",
 )
 #: Root modules that build a runtime: ``open_runtime`` and the composition from a config.
-COMPOSITION = ("runtime", "_compose", "_providers")
+COMPOSITION = ("_runtime", "_compose", "_providers")
 
 #: Group → the groups it may import, top to bottom (the order of the table).
 ALLOWED: Mapping[str, tuple[str, ...]] = {
     "cli": (
-        "root", "runtime", "agent", "invariants", "stores", "mcp", "config", "llm", "tools",
-        "session", "base",
+        "root", "runtime", "_agent", "invariants", "stores", "mcp", "config", "llm", "_tools",
+        "_session", "base",
     ),
-    "bench": ("root", "runtime", "agent", "stores", "llm", "tools", "session", "base"),
-    "testing": ("runtime", "agent", "invariants", "stores", "llm", "tools", "session", "base"),
+    "bench": ("root", "stores", "llm", "base"),
+    "testing": ("runtime", "_agent", "invariants", "stores", "llm", "_tools", "_session", "base"),
     "root": (
-        "runtime", "agent", "invariants", "stores", "config", "llm", "tools", "session", "base",
+        "runtime", "_agent", "invariants", "stores", "config", "llm", "_tools", "_session", "base",
     ),
     "runtime": (
-        "otel", "agent", "stores", "mcp", "config", "llm", "tools", "session", "base",
+        "otel", "_agent", "stores", "mcp", "config", "llm", "_tools", "_session", "base",
     ),
-    "otel": ("agent", "session", "base"),
-    "agent": ("llm", "tools", "session", "base"),
-    "invariants": ("session", "base"),
-    "stores": ("session", "base"),
-    "mcp": ("tools", "base"),
+    "otel": ("_agent", "_session", "base"),
+    "_agent": ("llm", "_tools", "_session", "base"),
+    "invariants": ("_session", "base"),
+    "stores": ("_session", "base"),
+    "mcp": ("_tools", "base"),
     "config": ("base",),
     "llm": ("base",),
-    "tools": ("base",),
-    "session": ("base",),
+    "_tools": ("base",),
+    "_session": ("base",),
     "base": (),
 }  # fmt: skip
 #: Allowed edges that must be deferred (no import of the target while the importer loads).
@@ -220,26 +220,26 @@ def render_table() -> str:
 
 
 FAKE = {
-    "pkg/__init__.py": "from .runtime import open_runtime\n",
-    "pkg/errors.py": (
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .agent import A\n"
+    "pkg/__init__.py": "from ._runtime import open_runtime\n",
+    "pkg/_errors.py": (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ._agent import A\n"
     ),
-    "pkg/runtime.py": (
-        "from .agent import A\n"
+    "pkg/_runtime.py": (
+        "from ._agent import A\n"
         "from . import otel\n"  # eager: refused
         "def trace():\n    from .otel import trace_runtime\n"
     ),
     "pkg/otel.py": "from .events import E\n",
     "pkg/events.py": "E = 1\n",
-    "pkg/agent/__init__.py": "from .driver import A\n",
-    "pkg/agent/driver.py": "from ..events import E\nA = E\n",
+    "pkg/_agent/__init__.py": "from .driver import A\n",
+    "pkg/_agent/driver.py": "from ..events import E\nA = E\n",
     "pkg/config/__init__.py": (
         "from ..events import E\n"
-        "def deferred():\n    from ..agent.driver import A\n"  # deferred still counts
+        "def deferred():\n    from .._agent.driver import A\n"  # deferred still counts
         "if True:\n    import pkg.stores.url\n"
     ),
     "pkg/stores/__init__.py": "",
-    "pkg/stores/url.py": "from ..errors import X\n",
+    "pkg/stores/url.py": "from .._errors import X\n",
     "pkg/newpkg/__init__.py": "from .. import events\n",
 }
 
@@ -257,16 +257,16 @@ def test_the_checker_counts_every_import_and_refuses_edges_off_the_table(tmp_pat
     by_source: dict[tuple[str, str], Edge] = {}
     for edge in found:
         by_source.setdefault((edge.source, edge.target), edge)
-    assert not by_source[("pkg.errors", "pkg.agent")].eager  # TYPE_CHECKING: counted, not eager
-    assert not by_source[("pkg.config", "pkg.agent.driver")].eager
-    assert by_source[("pkg.runtime", "pkg.otel")].eager  # the first one, at module level
-    assert ("pkg.agent", "pkg.agent.driver") in by_source  # inside a group: seen, not checked
+    assert not by_source[("pkg._errors", "pkg._agent")].eager  # TYPE_CHECKING: counted, not eager
+    assert not by_source[("pkg.config", "pkg._agent.driver")].eager
+    assert by_source[("pkg._runtime", "pkg.otel")].eager  # the first one, at module level
+    assert ("pkg._agent", "pkg._agent.driver") in by_source  # inside a group: seen, not checked
     assert violations(found, "pkg") == [
-        "pkg.config:3 -> pkg.agent.driver (config may not import agent)",
+        "pkg._errors:3 -> pkg._agent (base may not import _agent)",
+        "pkg._runtime:2 -> pkg.otel (runtime imports otel only inside a function)",
+        "pkg.config:3 -> pkg._agent.driver (config may not import _agent)",
         "pkg.config:5 -> pkg.stores.url (config may not import stores)",
-        "pkg.errors:3 -> pkg.agent (base may not import agent)",
         "pkg.newpkg:1 -> pkg.events (newpkg is not in the table)",
-        "pkg.runtime:2 -> pkg.otel (runtime imports otel only inside a function)",
     ]
 
 
@@ -274,8 +274,8 @@ def test_the_checker_accepts_a_deferred_import_where_the_table_asks_for_one(
     tmp_path: Path,
 ) -> None:
     files = {k: v for k, v in FAKE.items() if not k.startswith(("pkg/config", "pkg/newpkg"))}
-    files["pkg/runtime.py"] = "def trace():\n    from .otel import trace_runtime\n"
-    files["pkg/errors.py"] = "X = 1\n"
+    files["pkg/_runtime.py"] = "def trace():\n    from .otel import trace_runtime\n"
+    files["pkg/_errors.py"] = "X = 1\n"
     _write(tmp_path, files)
     assert violations(edges(tmp_path, "pkg"), "pkg") == []
 
@@ -296,7 +296,7 @@ def test_the_package_imports_only_along_the_table() -> None:
     found = edges(SRC, PACKAGE)
     assert len(found) > 300, "the reader sees too few imports"
     groups = {group_of(e.source, PACKAGE) for e in found}
-    assert {"agent", "config", "llm", "mcp", "stores", "runtime", "base"} <= groups
+    assert {"_agent", "config", "llm", "mcp", "stores", "runtime", "base"} <= groups
     bad = violations(found, PACKAGE)
     assert not bad, "imports the table does not allow:\n" + "\n".join(bad)
 

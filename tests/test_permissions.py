@@ -1,4 +1,4 @@
-"""Permission rules and their evaluation (``_permission_rules.py``, ``agent/_permissions.py``).
+"""Permission rules and their evaluation (``_permission_rules.py``, ``_agent/_permissions.py``).
 
 The table below is the contract: each row is a policy, a call, and what must happen to it
 (run, ask or deny). The gate is the one ``ToolBatch`` uses, built on the real built-in tools, so
@@ -14,6 +14,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dsh_agent_loop import Tool, tool
+from dsh_agent_loop._agent._permissions import (
+    MAX_POLICIES,
+    CompiledPolicy,
+    Gate,
+    compiled,
+)
+from dsh_agent_loop._agent.services import Services
 from dsh_agent_loop._permission_rules import (
     RuleError,
     command_forms,
@@ -22,15 +29,8 @@ from dsh_agent_loop._permission_rules import (
     path_forms,
     rule_problem,
 )
-from dsh_agent_loop.agent._permissions import (
-    MAX_POLICIES,
-    CompiledPolicy,
-    Gate,
-    compiled,
-)
-from dsh_agent_loop.agent.services import Services
-from dsh_agent_loop.permissions import Permissions
-from dsh_agent_loop.tools.builtin import BUILTIN_TOOLS
+from dsh_agent_loop._permissions import Permissions
+from dsh_agent_loop._tools.builtin import BUILTIN_TOOLS
 
 CWD = "/work/proj"
 

@@ -1,5 +1,12 @@
 """The public namespaces are pinned: a name added, removed or renamed is a visible decision.
 
+What users and extension authors import is chosen: the root; ``testing``; ``stores`` (the store
+protocol and records, the built-in stores, store URLs) with ``stores.sqlite`` and
+``stores.postgres``; ``llm`` (request, chunk and usage types, the adapter protocol, the built-in
+adapters); ``events``; ``mcp``; ``otel``; ``config``; plus ``invariants`` (the log checker),
+``cli`` (the ``dsh-agent`` entry point) and the ``bench`` modules that ``scripts/bench`` wraps.
+Every other module is internal and named so: a dotted-path part starting with ``_``.
+
 Changing one of these lists is fine when the change is meant (update CHANGELOG.md with it); the
 test exists so that no public name appears or disappears by accident.
 """
@@ -7,6 +14,7 @@ test exists so that no public name appears or disappears by accident.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import pytest
 
@@ -88,16 +96,100 @@ PINNED = {
         "explore_cancellation_async",
     ],
     "dsh_agent_loop.otel": ["trace_runtime"],
-    "dsh_agent_loop.stores": ["JsonlStore", "MemoryStore", "SqliteStore", "store_from_url"],
+    "dsh_agent_loop.stores": [
+        "FORMAT_VERSION",
+        "JsonlStore",
+        "MemoryStore",
+        "ReadHandle",
+        "STORE_URL_OPTIONS",
+        "SessionInfo",
+        "SessionStore",
+        "SqliteStore",
+        "StoreStatistics",
+        "StoreUrl",
+        "StoreUrlError",
+        "WriteHandle",
+        "info_from_events",
+        "parse_store_url",
+        "store_from_url",
+    ],
+    "dsh_agent_loop.stores.sqlite": [
+        "SqliteStore",
+        "SqliteStoreStatistics",
+    ],
+    "dsh_agent_loop.stores.postgres": ["PostgresStore"],
+    "dsh_agent_loop.llm": [
+        "AnthropicAdapter",
+        "AnthropicStreamDecoder",
+        "Assembler",
+        "BUILTIN_MODELS",
+        "BlockEnd",
+        "BlockStart",
+        "Chunk",
+        "DEFAULT_STREAM_LIMITS",
+        "FOLD_CHUNK",
+        "Failure",
+        "Finish",
+        "ModelAdapter",
+        "ModelError",
+        "ModelInfo",
+        "ModelRequest",
+        "ModelRouter",
+        "OpenAIAdapter",
+        "OpenAIStreamDecoder",
+        "PreparedCall",
+        "REASONING_REPLAY_MODES",
+        "ReasoningDelta",
+        "ReasoningReplay",
+        "Reply",
+        "SSEEvent",
+        "SSELimitError",
+        "SSEParser",
+        "ScriptedModel",
+        "StreamLimits",
+        "TRANSIENT_CODES",
+        "TextDelta",
+        "ToolCallDelta",
+        "Usage",
+        "UsageChunk",
+        "lookup_model",
+        "make_request",
+        "resolve_model",
+    ],
+    "dsh_agent_loop.events": [
+        "DURABLE_TYPES",
+        "Event",
+        "SURFACE_TYPES",
+        "event_from_dict",
+        "event_from_json",
+        "event_to_dict",
+        "event_to_json",
+    ],
+    "dsh_agent_loop.mcp": [
+        "McpConnection",
+        "McpServer",
+        "McpServers",
+        "McpServersStatistics",
+        "McpStartError",
+        "open_mcp_servers",
+        "tool_result",
+    ],
+    "dsh_agent_loop.invariants": ["Violation", "check", "check_messages"],
+    "dsh_agent_loop.cli": ["main"],
     "dsh_agent_loop.config": [
-        "DEFAULT_MAX_PARALLEL_TOOL_CALLS",
-        "PLUGIN_NAME",
         "AgentEntry",
         "AnthropicProviderConfig",
+        "CompactionConfig",
+        "DEFAULT_MAX_PARALLEL_TOOL_CALLS",
+        "FileShape",
         "LoopConfig",
+        "McpServerConfig",
+        "McpToolConfig",
         "ModelConfig",
         "OpenAIProviderConfig",
         "OtelConfig",
+        "PLUGIN_NAME",
+        "PluginEntry",
         "ProviderConfig",
         "RuntimeConfig",
         "ScriptedProviderConfig",
@@ -105,10 +197,15 @@ PINNED = {
         "ScriptedToolCallConfig",
         "Settings",
         "SettingsLayer",
+        "StreamLimitsConfig",
+        "SubagentEntry",
         "TimeoutConfig",
+        "ToolCatalog",
         "TurnBudget",
         "converter",
+        "is_tool_ref",
         "load_config",
+        "load_provider",
         "load_settings_file",
     ],
 }
@@ -137,7 +234,7 @@ def test_the_root_names_what_the_spec_surface_uses() -> None:
     assert spec <= set(dsh_agent_loop.__all__)
 
 
-#: The public ``Agent``'s names: a thin façade over its actor (``agent/agent.py``), each name
+#: The public ``Agent``'s names: a thin façade over its actor (``_agent/agent.py``), each name
 #: described in docs/embedding.md's "The Agent API" table.
 AGENT_NAMES = [
     "approve", "cancel", "children", "closed", "compact", "context_usage", "deny", "flush",
@@ -166,3 +263,44 @@ def test_the_agent_shows_only_its_documented_verbs() -> None:
     section = _agent_api_section()
     undocumented = [n for n in public if f"| `{n}`" not in section and f"| `{n}(" not in section]
     assert undocumented == []
+
+
+#: Every public module of the package: the pinned namespaces, and the benchmark modules that
+#: ``scripts/bench`` and ``dsh-agent bench`` run (tools, not an API: they keep no name list).
+PUBLIC_MODULES = sorted(
+    {
+        *PINNED,
+        "dsh_agent_loop.bench",
+        "dsh_agent_loop.bench.compaction",
+        "dsh_agent_loop.bench.loop",
+        "dsh_agent_loop.bench.scale",
+        "dsh_agent_loop.bench.stores",
+        "dsh_agent_loop.cli.__main__",
+    }
+)
+
+
+def public_modules(package_path: list[str], prefix: str) -> list[str]:
+    """Modules under ``prefix`` with no private part (``_x``; dunders are not private)."""
+    import pkgutil
+
+    def private(part: str) -> bool:
+        return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+
+    names = [prefix.rstrip(".")]
+    names += [info.name for info in pkgutil.walk_packages(package_path, prefix)]
+    return sorted(n for n in names if not any(private(p) for p in n.split(".")))
+
+
+def test_every_module_is_pinned_or_named_internal() -> None:
+    import dsh_agent_loop
+
+    assert public_modules(list(dsh_agent_loop.__path__), "dsh_agent_loop.") == PUBLIC_MODULES
+
+
+def test_the_module_walk_sees_a_new_public_module(tmp_path: Path) -> None:
+    pkg = tmp_path / "fakepkg"
+    (pkg / "_inner").mkdir(parents=True)
+    for rel in ("__init__.py", "api.py", "_private.py", "_inner/__init__.py", "_inner/deep.py"):
+        (pkg / rel).write_text("", encoding="utf-8")
+    assert public_modules([str(pkg)], "fakepkg.") == ["fakepkg", "fakepkg.api"]

@@ -33,7 +33,7 @@ from dsh_agent_loop import (
     open_runtime,
     tool,
 )
-from dsh_agent_loop.llm.base import TextDelta
+from dsh_agent_loop.llm._base import TextDelta
 from dsh_agent_loop.testing import actor_of
 
 from .agent.conftest import OPTIONS, assert_well_formed, plain, turn_ends, types
@@ -538,7 +538,7 @@ async def _hang_then_stall(rt: Any, store: _StallingStore) -> None:
 async def test_a_failing_driver_closes_its_writer_and_fails_the_runtime(
     autojump_clock, monkeypatch
 ):
-    from dsh_agent_loop.agent._actor import AgentActor
+    from dsh_agent_loop._agent._actor import AgentActor
 
     def broken(self: Any) -> bool:
         raise RuntimeError("driver bug")

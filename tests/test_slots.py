@@ -10,7 +10,7 @@ import pytest
 from dsh_agent_loop import FrozenDict
 from dsh_agent_loop._slots import slot_constructor
 from dsh_agent_loop.events import EVENT_FIELDS, Event, make_event
-from dsh_agent_loop.llm.base import (
+from dsh_agent_loop.llm._base import (
     BlockStart,
     ModelRequest,
     Usage,

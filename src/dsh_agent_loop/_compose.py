@@ -18,38 +18,34 @@ from typing import Any, Final, final
 import attrs
 import httpx
 
-from .agent.lifecycle import Setup
-from .agent.options import AgentOptions, CompactionPolicy
-from .agent.services import AgentScope
-from .config import AgentEntry, LoopConfig, RuntimeConfig
-from .config import load_config as load_records
-from .config.compaction import CompactionConfig
-from .config.mcp import McpServerConfig
-from .config.providers import (
+from ._agent.lifecycle import Setup
+from ._agent.options import AgentOptions, CompactionPolicy
+from ._agent.services import AgentScope
+from ._limits import DEFAULT_LIMITS, Limits
+from ._permissions import Permissions
+from ._sandbox import DEFAULT_SANDBOX, Sandbox
+from ._session.store import SessionStore
+from ._tools.base import Tool
+from ._tools.builtin import BUILTIN_TOOLS
+from ._tools.loader import load_tool_ref
+from .config import (
+    AgentEntry,
     AnthropicProviderConfig,
+    CompactionConfig,
+    LoopConfig,
+    McpServerConfig,
     OpenAIProviderConfig,
     ProviderConfig,
+    RuntimeConfig,
     ScriptedProviderConfig,
     StreamLimitsConfig,
+    is_tool_ref,
 )
-from .config.tools import is_tool_ref
-from .limits import DEFAULT_LIMITS, Limits
-from .llm.anthropic import AnthropicAdapter
-from .llm.base import ModelAdapter
-from .llm.openai import OpenAIAdapter
-from .llm.scripted import Reply, ScriptedModel
-from .llm.stream_limits import StreamLimits
-from .mcp.spec import McpServer
-from .permissions import Permissions
-from .sandbox import DEFAULT_SANDBOX, Sandbox
-from .session.store import SessionStore
-from .stores.jsonl import JsonlStore
-from .stores.memory import MemoryStore
+from .config import load_config as load_records
+from .llm import AnthropicAdapter, ModelAdapter, OpenAIAdapter, Reply, ScriptedModel, StreamLimits
+from .mcp import McpServer
+from .stores import JsonlStore, MemoryStore, store_from_url
 from .stores.sqlite import SqliteStore
-from .stores.url import store_from_url
-from .tools.base import Tool
-from .tools.builtin import BUILTIN_TOOLS
-from .tools.loader import load_tool_ref
 
 __all__ = [
     "TOOL_CATALOG",

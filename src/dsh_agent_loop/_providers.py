@@ -22,11 +22,8 @@ import httpx
 
 from ._compose import adapter_from_config
 from ._frozen import FrozenDict, freeze, thaw
-from .config.loading import load_provider
-from .config.providers import ProviderConfig
-from .llm.base import ModelAdapter
-from .llm.models import ReasoningReplay
-from .llm.stream_limits import StreamLimits
+from .config import ProviderConfig, load_provider
+from .llm import ModelAdapter, ReasoningReplay, StreamLimits
 
 __all__ = ["AnthropicProvider", "OpenAIProvider", "adapters_from_arguments"]
 

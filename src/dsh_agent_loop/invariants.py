@@ -35,13 +35,13 @@ from typing import Final, final
 import attrs
 
 from ._permission_rules import rule_problem
+from ._session.history import SurfaceProjection
 from .events import (
     DURABLE_TYPES,
     SURFACE_TYPES,
     SYSTEM_MESSAGE,
     Event,
 )
-from .session.history import SurfaceProjection
 
 __all__ = ["Violation", "check", "check_messages"]
 

@@ -38,8 +38,9 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
+from ._agent.agent import actor_of
 from ._frozen import thaw
-from .agent.agent import actor_of
+from ._hooks import Disposer
 from .events import (
     AGENT_DISPOSED,
     ASSISTANT_ATTEMPT,
@@ -56,11 +57,10 @@ from .events import (
     TURN_START,
     Event,
 )
-from .hooks import Disposer
 
 if TYPE_CHECKING:
-    from .agent.lifecycle import Agents
-    from .hooks import HookBus
+    from ._agent.lifecycle import Agents
+    from ._hooks import HookBus
 
 __all__ = ["trace_runtime"]
 

@@ -6,11 +6,11 @@ import gc
 from typing import Any
 
 from dsh_agent_loop import Reply
-from dsh_agent_loop.agent._actor import AgentActor
-from dsh_agent_loop.agent.attempt import Attempt
-from dsh_agent_loop.agent.turn import Turn
-from dsh_agent_loop.llm.assemble import FOLD_CHUNK, Assembler
-from dsh_agent_loop.llm.base import BlockEnd, BlockStart, TextDelta, ToolCallDelta
+from dsh_agent_loop._agent._actor import AgentActor
+from dsh_agent_loop._agent.attempt import Attempt
+from dsh_agent_loop._agent.turn import Turn
+from dsh_agent_loop.llm._assemble import FOLD_CHUNK, Assembler
+from dsh_agent_loop.llm._base import BlockEnd, BlockStart, TextDelta, ToolCallDelta
 from dsh_agent_loop.testing import actor_of
 
 from .conftest import harness, wait_until

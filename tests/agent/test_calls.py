@@ -1,4 +1,4 @@
-"""``agent/calls.py``: ``Agent.run`` and ``Agent.run_stream`` (docs/design.md#awaitable-turns)."""
+"""``_agent/calls.py``: ``Agent.run`` and ``Agent.run_stream`` (docs/design.md#awaitable-turns)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from dsh_agent_loop import (
     Usage,
     tool,
 )
-from dsh_agent_loop.agent.calls import CALL_CANCEL_TIMEOUT
-from dsh_agent_loop.agent.output import FINAL_RESULT
-from dsh_agent_loop.session.writer import SessionWriter
+from dsh_agent_loop._agent.calls import CALL_CANCEL_TIMEOUT
+from dsh_agent_loop._agent.output import FINAL_RESULT
+from dsh_agent_loop._session.writer import SessionWriter
 from dsh_agent_loop.testing import actor_of, explore_cancellation
 
 from .conftest import OPTIONS, assert_well_formed, harness, plain, turn_ends, user_texts, wait_until
@@ -423,7 +423,7 @@ def test_run_is_well_formed_at_every_cancel_point():
     assert report.runs == report.checkpoints >= 7
 
 
-# --- structured output (agent/output.py) --------------------------------------------------------
+# --- structured output (_agent/output.py) --------------------------------------------------------
 
 
 @attrs.frozen

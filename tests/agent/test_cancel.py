@@ -7,7 +7,7 @@ import pytest
 import trio
 
 from dsh_agent_loop import Reply, ScriptedModel, tool
-from dsh_agent_loop.llm.base import PreparedCall
+from dsh_agent_loop.llm._base import PreparedCall
 from dsh_agent_loop.testing import actor_of
 
 from .conftest import assert_well_formed, harness, of_type, plain, turn_ends, types, user_texts

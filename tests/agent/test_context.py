@@ -20,10 +20,10 @@ from dsh_agent_loop import (
     open_runtime,
     tool,
 )
-from dsh_agent_loop.agent.compaction import SUMMARY_PROMPT, CompactionError, transcript
-from dsh_agent_loop.agent.context import CHARS_PER_TOKEN, MESSAGE_OVERHEAD, estimate_tokens
-from dsh_agent_loop.llm.base import ModelRequest, Usage
-from dsh_agent_loop.llm.scripted import Reply
+from dsh_agent_loop._agent.compaction import SUMMARY_PROMPT, CompactionError, transcript
+from dsh_agent_loop._agent.context import CHARS_PER_TOKEN, MESSAGE_OVERHEAD, estimate_tokens
+from dsh_agent_loop.llm._base import ModelRequest, Usage
+from dsh_agent_loop.llm._scripted import Reply
 from dsh_agent_loop.testing import explore_cancellation_async
 
 WINDOW = 4000

@@ -1,4 +1,4 @@
-"""``agent/_actor.py``: the agent's task and nursery, and a driver that runs while there is work.
+"""``_agent/_actor.py``: the agent's task and nursery, and a driver that runs while there is work.
 
 Each agent is one task (its session writer runs in it) with its own nursery; the driver is
 started in that nursery by a wake that finds none running, and ends when no wake is left.
@@ -54,7 +54,7 @@ async def test_each_agent_is_one_task_under_the_runtime(autojump_clock):
         assert len(parents) == 3  # one task per agent, each with its own nursery
         [agents] = {t.parent_nursery for t in parents}
         assert {t.name for t in agents.child_tasks} == {
-            "dsh_agent_loop.agent.lifecycle.Agents._run_agent"
+            "dsh_agent_loop._agent.lifecycle.Agents._run_agent"
         }
 
 

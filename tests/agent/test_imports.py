@@ -70,12 +70,12 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_agent_modules_have_no_import_cycle() -> None:
-    graph = _graph(PACKAGE / "agent")
+    graph = _graph(PACKAGE / "_agent")
     assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
     # the turn machine depends downward only: actor -> turn -> attempt -> series
-    assert "dsh_agent_loop.agent._actor" not in graph["dsh_agent_loop.agent.turn"]
-    assert "dsh_agent_loop.agent.agent" not in graph["dsh_agent_loop.agent.turn"]
-    assert "dsh_agent_loop.agent.turn" not in graph["dsh_agent_loop.agent.attempt"]
+    assert "dsh_agent_loop._agent._actor" not in graph["dsh_agent_loop._agent.turn"]
+    assert "dsh_agent_loop._agent.agent" not in graph["dsh_agent_loop._agent.turn"]
+    assert "dsh_agent_loop._agent.turn" not in graph["dsh_agent_loop._agent.attempt"]
 
 
 def test_the_cycle_finder_bites() -> None:
@@ -83,7 +83,7 @@ def test_the_cycle_finder_bites() -> None:
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
-AGENT_MODULES = sorted(_module_name(p) for p in (PACKAGE / "agent").glob("*.py"))
+AGENT_MODULES = sorted(_module_name(p) for p in (PACKAGE / "_agent").glob("*.py"))
 
 _IMPORT_EACH = """
 import importlib, sys
@@ -103,4 +103,4 @@ def test_each_agent_module_imports_first() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "dsh_agent_loop.agent.turn" in AGENT_MODULES
+    assert "dsh_agent_loop._agent.turn" in AGENT_MODULES

@@ -1,4 +1,4 @@
-"""The inbox (``agent/inbox.py``, docs/design.md#inbox): splices at list coordinates, folded
+"""The inbox (``_agent/inbox.py``, docs/design.md#inbox): splices at list coordinates, folded
 synchronously."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh_agent_loop import AgentOptions, Event, MemoryStore, Reply, ScriptedModel, open_runtime
+from dsh_agent_loop._agent.inbox import Inbox, user_message
 from dsh_agent_loop._frozen import FrozenDict
-from dsh_agent_loop.agent.inbox import Inbox, user_message
-from dsh_agent_loop.session.log import Session
-from dsh_agent_loop.session.projections import InboxProjection
+from dsh_agent_loop._session.log import Session
+from dsh_agent_loop._session.projections import InboxProjection
 
 
 def new_inbox():

@@ -530,7 +530,7 @@ async def test_runtime_exit_disposes_idle_busy_and_nested_agents_once_each(autoj
 
 
 async def test_a_dispose_during_a_quiet_batch_waits_for_it(autojump_clock):
-    from dsh_agent_loop.agent.handle import QuietTeardown
+    from dsh_agent_loop._agent.handle import QuietTeardown
 
     disposed = []
     async with runtime() as rt:
@@ -604,7 +604,7 @@ async def test_header_options_holding_a_list_are_shared_and_frozen(autojump_cloc
 def test_session_id_suffixes_are_version_4_uuids_of_random_bits() -> None:
     import uuid as uuid_module
 
-    from dsh_agent_loop.agent._stamps import uuid4_text
+    from dsh_agent_loop._agent._stamps import uuid4_text
 
     texts = [uuid4_text() for _ in range(2000)]
     for text in texts:

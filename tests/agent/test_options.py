@@ -1,12 +1,12 @@
-"""``AgentOptions`` and ``TurnBudget`` (``agent/options.py``): defaults and ``validate``."""
+"""``AgentOptions`` and ``TurnBudget`` (``_agent/options.py``): defaults and ``validate``."""
 
 from __future__ import annotations
 
 import attrs
 import pytest
 
-from dsh_agent_loop.agent.options import AgentOptions, TurnBudget
-from dsh_agent_loop.errors import InvalidOptionError
+from dsh_agent_loop._agent.options import AgentOptions, TurnBudget
+from dsh_agent_loop._errors import InvalidOptionError
 
 
 def test_defaults_leave_everything_to_the_config():

@@ -1,4 +1,4 @@
-"""``agent/output.py``: structured output through a ``final_result`` tool
+"""``_agent/output.py``: structured output through a ``final_result`` tool
 (docs/design.md#structured-output)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from dsh_agent_loop import Reply, ToolResult, TurnFailedError, tool
-from dsh_agent_loop.agent.output import (
+from dsh_agent_loop._agent.output import (
     FINAL_RESULT,
     STEER_TEXT,
     OutputRegistry,

@@ -22,8 +22,8 @@ from dsh_agent_loop import (
     open_runtime,
     tool,
 )
-from dsh_agent_loop.permissions import Permissions
-from dsh_agent_loop.sandbox import Sandbox
+from dsh_agent_loop._permissions import Permissions
+from dsh_agent_loop._sandbox import Sandbox
 from dsh_agent_loop.testing import actor_of
 
 from .conftest import assert_well_formed, parent_child_runtime, plain, turn_ends

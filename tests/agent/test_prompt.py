@@ -16,7 +16,7 @@ from dsh_agent_loop import (
     Reply,
     tool,
 )
-from dsh_agent_loop.agent.prompt import SystemDraft, reconcile, render
+from dsh_agent_loop._agent.prompt import SystemDraft, reconcile, render
 from dsh_agent_loop.testing import actor_of
 
 from .conftest import assert_well_formed, harness, plain

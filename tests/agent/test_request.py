@@ -1,4 +1,4 @@
-"""Per-request decisions (``agent/request.py``): retry policy and request records."""
+"""Per-request decisions (``_agent/request.py``): retry policy and request records."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import random
 
 import pytest
 
-from dsh_agent_loop._frozen import FrozenDict, freeze
-from dsh_agent_loop.agent.request import (
+from dsh_agent_loop._agent.request import (
     MAX_ATTEMPTS,
     MAX_RETRY_AFTER,
     PreStepDecision,
@@ -19,7 +18,8 @@ from dsh_agent_loop.agent.request import (
     header_record,
     retry_after_seconds,
 )
-from dsh_agent_loop.llm.base import TRANSIENT_CODES, Failure, PreparedCall
+from dsh_agent_loop._frozen import FrozenDict, freeze
+from dsh_agent_loop.llm._base import TRANSIENT_CODES, Failure, PreparedCall
 
 
 async def _no_stream(request):  # pragma: no cover

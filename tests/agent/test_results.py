@@ -1,4 +1,4 @@
-"""``agent/results.py``: a ``TurnResult`` read back from a turn's events (sans-I/O)."""
+"""``_agent/results.py``: a ``TurnResult`` read back from a turn's events (sans-I/O)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from dsh_agent_loop import (
     TurnFailedError,
     Usage,
 )
+from dsh_agent_loop._agent.results import build_result, turn_error
 from dsh_agent_loop._frozen import freeze
-from dsh_agent_loop.agent.results import build_result, turn_error
 from dsh_agent_loop.events import Event, make_event
 
 

@@ -25,7 +25,7 @@ from dsh_agent_loop import (
     TurnBudget,
     open_runtime,
 )
-from dsh_agent_loop.session.store import SessionStore
+from dsh_agent_loop._session.store import SessionStore
 
 from .conftest import assert_well_formed, turn_ends
 

@@ -85,8 +85,8 @@ async def test_default_policy_backs_off_exactly_and_stops_after_five_attempts(au
 
 def test_default_backoff_is_capped_at_eight_seconds_before_jitter():
     # min(8, 0.5 * 2**(n-1)): 0.5, 1, 2, 4, 8, 8 ... times (1 + 0.25u), u in [0, 1)
-    from dsh_agent_loop.agent.request import default_retry_delay
-    from dsh_agent_loop.llm.base import Failure
+    from dsh_agent_loop._agent.request import default_retry_delay
+    from dsh_agent_loop.llm._base import Failure
 
     failure = Failure("HTTP_5XX", "x")
     rng = random.Random(3)

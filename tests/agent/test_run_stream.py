@@ -1,4 +1,4 @@
-"""``Agent.run_stream`` (``agent/calls.py``, docs/design.md#awaitable-turns): one turn, streamed,
+"""``Agent.run_stream`` (``_agent/calls.py``, docs/design.md#awaitable-turns): one turn, streamed,
 nothing lost."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dsh_agent_loop import (
     TurnFailedError,
     TurnResult,
 )
-from dsh_agent_loop.agent.output import FINAL_RESULT
+from dsh_agent_loop._agent.output import FINAL_RESULT
 from dsh_agent_loop.testing import actor_of
 
 from .conftest import assert_well_formed, harness, turn_ends, user_texts, wait_until

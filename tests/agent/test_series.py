@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from dsh_agent_loop import FrozenDict
-from dsh_agent_loop.agent.prompt import system_message
-from dsh_agent_loop.agent.series import RequestSeries
-from dsh_agent_loop.llm.base import PreparedCall
-from dsh_agent_loop.session.log import Session
+from dsh_agent_loop._agent.prompt import system_message
+from dsh_agent_loop._agent.series import RequestSeries
+from dsh_agent_loop._session.log import Session
+from dsh_agent_loop.llm._base import PreparedCall
 
 CONFIG = FrozenDict(provider="p", model="m")
 SCHEMAS = (FrozenDict(name="t", description="", parameters=FrozenDict()),)

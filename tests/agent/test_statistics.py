@@ -6,7 +6,7 @@ import pytest
 import trio
 
 from dsh_agent_loop import AgentOptions, MemoryStore, Reply, ScriptedModel, open_runtime, tool
-from dsh_agent_loop.llm.base import Usage
+from dsh_agent_loop.llm._base import Usage
 from dsh_agent_loop.testing import actor_of
 
 from .conftest import OPTIONS, harness

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from dsh_agent_loop import FrozenDict, Reply, tool
-from dsh_agent_loop.agent.step_inputs import (
+from dsh_agent_loop._agent.step_inputs import (
     NO_RUNTIME_CONTEXT,
     AssemblyCache,
     default_context,

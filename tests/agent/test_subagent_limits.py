@@ -1,4 +1,4 @@
-"""Sub-agent bounds (``agent/subagents.py``): delegation depth and live sub-agents per runtime.
+"""Sub-agent bounds (``_agent/subagents.py``): delegation depth and live sub-agents per runtime.
 
 A model that delegates to itself, or asks for many children at once, must end with a bounded
 number of agents; past a bound the ``delegate`` call is a ``LIMIT_EXCEEDED`` result the model
@@ -22,7 +22,7 @@ from dsh_agent_loop import (
     delegate_tool,
     open_runtime,
 )
-from dsh_agent_loop.llm.base import ModelRequest
+from dsh_agent_loop.llm._base import ModelRequest
 
 from .conftest import assert_well_formed, parent_child_runtime, plain
 

@@ -1,4 +1,4 @@
-"""``agent/subscription.py``: a subscriber that falls behind is told, never cut off silently."""
+"""``_agent/subscription.py``: a subscriber that falls behind is told, never cut off silently."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import trio
 
 from dsh_agent_loop import Reply, SubscriberOverflowError
+from dsh_agent_loop._agent.subscription import Subscriber, Subscription
 from dsh_agent_loop._frozen import FrozenDict
-from dsh_agent_loop.agent.subscription import Subscriber, Subscription
 from dsh_agent_loop.events import Event, make_event
 
 from .conftest import harness

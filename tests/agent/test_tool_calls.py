@@ -313,7 +313,7 @@ async def test_every_flush_of_a_turn_goes_through_the_one_barrier(autojump_clock
         await h.run()
         monkeypatch.undo()
         assert callers  # the turn flushed ...
-        assert set(callers) == {"agent/flush"}  # ... only through the one barrier
+        assert set(callers) == {"_agent/flush"}  # ... only through the one barrier
         assert len(barrier) == len(callers) >= 4  # one call, a pass, the exclusive call, the end
         assert_well_formed(h.events)
 

@@ -26,7 +26,7 @@ from dsh_agent_loop import (
     open_runtime,
     tool,
 )
-from dsh_agent_loop.tools.base import MAX_ECHO
+from dsh_agent_loop._tools.base import MAX_ECHO
 
 from .conftest import assert_well_formed, harness, of_type, plain, turn_ends, user_texts
 
@@ -371,7 +371,7 @@ async def test_a_raising_tools_result_observer_is_logged_and_the_turn_completes(
         tools=[OK_TOOL],
     ) as h:
         h.rt.hooks.on("tools/result", broken)
-        with caplog.at_level(logging.ERROR, logger="dsh_agent_loop.hooks"):
+        with caplog.at_level(logging.ERROR, logger="dsh_agent_loop._hooks"):
             await h.run()
         events = h.events
     assert seen == ["c1", "c2"]  # the first failure did not stop the second notification

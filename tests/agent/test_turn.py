@@ -5,8 +5,8 @@ from __future__ import annotations
 import trio
 
 from dsh_agent_loop import Agent, Reply
-from dsh_agent_loop.agent._actor import AgentActor
-from dsh_agent_loop.agent.turn import Turn
+from dsh_agent_loop._agent._actor import AgentActor
+from dsh_agent_loop._agent.turn import Turn
 from dsh_agent_loop.testing import actor_of
 
 from .conftest import harness, turn_ends

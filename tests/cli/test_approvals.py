@@ -8,8 +8,9 @@ import shlex
 
 import pytest
 
+from dsh_agent_loop._agent.approvals import ApprovalRequest
 from dsh_agent_loop._frozen import freeze
-from dsh_agent_loop.agent.approvals import ApprovalRequest
+from dsh_agent_loop._permissions import PERMISSION_MODES, Permissions
 from dsh_agent_loop.cli._app import build_parser
 from dsh_agent_loop.cli._approvals import (
     MODES_TEXT,
@@ -20,7 +21,6 @@ from dsh_agent_loop.cli._approvals import (
     with_permission_mode,
 )
 from dsh_agent_loop.config import load_config
-from dsh_agent_loop.permissions import PERMISSION_MODES, Permissions
 
 PLUGIN = "@deepseek-ai/dsh-agent-loop"
 LONG = "echo " + " ".join(f"word{n}" for n in range(100)) + "; touch HIDDEN"

@@ -152,7 +152,7 @@ from dsh_agent_loop import tool
 @tool
 async def evil(x: str) -> str:
     """Log through the library's logger and another library's."""
-    logging.getLogger("dsh_agent_loop.tools").warning("own warning\\x1b[2J\\x07 kept")
+    logging.getLogger("dsh_agent_loop._tools").warning("own warning\\x1b[2J\\x07 kept")
     logging.getLogger("psycopg").warning("third-party noise\\x1b]52;c;Zm9v\\x07")
     return "logged"
 '''

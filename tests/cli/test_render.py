@@ -27,7 +27,7 @@ from dsh_agent_loop.events import (
     Event,
     make_event,
 )
-from dsh_agent_loop.llm.base import BlockEnd, BlockStart, TextDelta, ToolCallDelta
+from dsh_agent_loop.llm._base import BlockEnd, BlockStart, TextDelta, ToolCallDelta
 
 
 def text(t: str) -> dict:

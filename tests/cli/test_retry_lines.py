@@ -8,7 +8,7 @@ from rich.console import Console
 
 from dsh_agent_loop import AgentOptions, Reply, Retry, ScriptedModel, open_runtime
 from dsh_agent_loop.cli._render import StreamRenderer, failure_words, retry_line
-from dsh_agent_loop.llm.base import Failure
+from dsh_agent_loop.llm._base import Failure
 
 
 @pytest.mark.parametrize(

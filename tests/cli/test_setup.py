@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from dsh_agent_loop._errors import ConfigError
 from dsh_agent_loop.cli._setup import (
     DEFAULT_STORE,
     EXIT_USAGE,
@@ -18,8 +19,7 @@ from dsh_agent_loop.cli._setup import (
     settings_path,
     store_url,
 )
-from dsh_agent_loop.config.document import RuntimeConfig
-from dsh_agent_loop.errors import ConfigError
+from dsh_agent_loop.config._document import RuntimeConfig
 from dsh_agent_loop.stores import MemoryStore, SqliteStore
 
 

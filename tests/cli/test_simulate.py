@@ -19,8 +19,8 @@ from dsh_agent_loop.cli._simulate import (
     exit_code,
     run_simulation,
 )
-from dsh_agent_loop.llm.base import ModelRequest
-from dsh_agent_loop.llm.scripted import Reply
+from dsh_agent_loop.llm._base import ModelRequest
+from dsh_agent_loop.llm._scripted import Reply
 
 from .helpers import cli
 
@@ -136,8 +136,8 @@ async def test_the_simulation_pauses_the_collector_for_the_run_and_restores_it(
     monkeypatch,
 ) -> None:
     from dsh_agent_loop import invariants
-    from dsh_agent_loop.agent.lifecycle import Agents
-    from dsh_agent_loop.runtime import Runtime
+    from dsh_agent_loop._agent.lifecycle import Agents
+    from dsh_agent_loop._runtime import Runtime
 
     seen: list[tuple[str, bool]] = []
     create, check = Agents.create, invariants.check
@@ -261,7 +261,7 @@ async def test_agents_are_created_concurrently_and_keep_their_ids(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """At most ``_CREATORS`` creations overlap; the sessions read back are sim-0 … in order."""
-    from dsh_agent_loop.agent.lifecycle import Agents
+    from dsh_agent_loop._agent.lifecycle import Agents
     from dsh_agent_loop.cli import _simulate
     from dsh_agent_loop.stores import SqliteStore
 

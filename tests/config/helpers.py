@@ -9,6 +9,8 @@ import pytest
 from hypothesis import strategies as st
 
 import dsh_agent_loop
+from dsh_agent_loop._errors import ConfigError
+from dsh_agent_loop._tools.builtin import BUILTIN_TOOLS
 from dsh_agent_loop.config import (
     PLUGIN_NAME,
     AgentEntry,
@@ -24,9 +26,7 @@ from dsh_agent_loop.config import (
     TimeoutConfig,
     TurnBudget,
 )
-from dsh_agent_loop.config.providers import StreamLimitsConfig
-from dsh_agent_loop.errors import ConfigError
-from dsh_agent_loop.tools.builtin import BUILTIN_TOOLS
+from dsh_agent_loop.config._providers import StreamLimitsConfig
 
 SEED_EXAMPLE = """\
 plugins:

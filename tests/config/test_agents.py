@@ -1,4 +1,4 @@
-"""Tests for dsh_agent_loop.config.agents: the plugin block, agent declarations, budgets."""
+"""Tests for dsh_agent_loop.config._agents: the plugin block, agent declarations, budgets."""
 
 from __future__ import annotations
 

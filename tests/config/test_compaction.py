@@ -1,4 +1,4 @@
-"""The ``compaction`` key of the plugin block and of ``agents[]`` (config/compaction.py)."""
+"""The ``compaction`` key of the plugin block and of ``agents[]`` (config/_compaction.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from dsh_agent_loop import CompactionPolicy, ConfigError, ScriptedModel, load_config, open_runtime
-from dsh_agent_loop.config.compaction import CompactionConfig
+from dsh_agent_loop.config._compaction import CompactionConfig
 from dsh_agent_loop.testing import actor_of
 
 PLUGIN = "@deepseek-ai/dsh-agent-loop"

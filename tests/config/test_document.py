@@ -1,4 +1,4 @@
-"""The config document (``config/document.py``): ``RuntimeConfig`` and the file shape."""
+"""The config document (``config/_document.py``): ``RuntimeConfig`` and the file shape."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import attrs
 import pytest
 
 from dsh_agent_loop._frozen import FrozenDict
-from dsh_agent_loop.config.agents import AgentEntry, LoopConfig
-from dsh_agent_loop.config.document import FileShape, PluginEntry, RuntimeConfig
+from dsh_agent_loop.config._agents import AgentEntry, LoopConfig
+from dsh_agent_loop.config._document import FileShape, PluginEntry, RuntimeConfig
 
 
 def test_runtime_config_defaults():

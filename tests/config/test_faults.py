@@ -11,10 +11,10 @@ from cattrs.errors import (
     IterableValidationNote,
 )
 
+from dsh_agent_loop._errors import ConfigError
+from dsh_agent_loop.config._agents import AgentEntry, LoopConfig, TurnBudget
 from dsh_agent_loop.config._faults import faults_of, raise_faults, render
 from dsh_agent_loop.config._rules import Invalid
-from dsh_agent_loop.config.agents import AgentEntry, LoopConfig, TurnBudget
-from dsh_agent_loop.errors import ConfigError
 
 
 @pytest.mark.parametrize(

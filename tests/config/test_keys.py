@@ -8,12 +8,12 @@ import attrs
 import pytest
 import yaml
 
+from dsh_agent_loop._errors import ConfigError
 from dsh_agent_loop.config import load_config
+from dsh_agent_loop.config._agents import AgentEntry, LoopConfig, SettingsLayer, TurnBudget
+from dsh_agent_loop.config._document import RuntimeConfig
 from dsh_agent_loop.config._keys import allowed_keys, camel, closest_key, key_names, snake
-from dsh_agent_loop.config.agents import AgentEntry, LoopConfig, SettingsLayer, TurnBudget
-from dsh_agent_loop.config.document import RuntimeConfig
-from dsh_agent_loop.config.providers import PROVIDER_CLASSES, PROVIDER_KEYS
-from dsh_agent_loop.errors import ConfigError
+from dsh_agent_loop.config._providers import PROVIDER_CLASSES, PROVIDER_KEYS
 
 from .helpers import P0, config_with, error_of
 

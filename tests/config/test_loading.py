@@ -1,4 +1,4 @@
-"""Tests for dsh_agent_loop.config.loading: files, YAML limits, the whole document."""
+"""Tests for dsh_agent_loop.config._loading: files, YAML limits, the whole document."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import yaml
 from hypothesis import given, settings
 
 from dsh_agent_loop import open_runtime
+from dsh_agent_loop._errors import ConfigError
 from dsh_agent_loop.config import (
     PLUGIN_NAME,
     AgentEntry,
@@ -25,7 +26,6 @@ from dsh_agent_loop.config import (
     load_config,
     load_settings_file,
 )
-from dsh_agent_loop.errors import ConfigError
 
 from .helpers import P0, SEED_EXAMPLE, config_with, error_of, runtime_configs
 

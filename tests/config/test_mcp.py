@@ -1,4 +1,4 @@
-"""Tests for dsh_agent_loop.config.mcp: the ``mcpServers`` section."""
+"""Tests for dsh_agent_loop.config._mcp: the ``mcpServers`` section."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from dsh_agent_loop._frozen import FrozenDict
 from dsh_agent_loop.config import RuntimeConfig, converter, load_config
-from dsh_agent_loop.config.mcp import McpServerConfig, McpToolConfig
+from dsh_agent_loop.config._mcp import McpServerConfig, McpToolConfig
 
 from .helpers import error_of
 

@@ -1,4 +1,4 @@
-"""Tests for dsh_agent_loop.config.providers: the providers section, one union over kind."""
+"""Tests for dsh_agent_loop.config._providers: the providers section, one union over kind."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from dsh_agent_loop.config import (
     converter,
     load_config,
 )
-from dsh_agent_loop.config.providers import StreamLimitsConfig
-from dsh_agent_loop.llm.scripted import ScriptedModel
+from dsh_agent_loop.config._providers import StreamLimitsConfig
+from dsh_agent_loop.llm._scripted import ScriptedModel
 
 from .helpers import error_of
 

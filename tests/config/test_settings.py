@@ -1,4 +1,4 @@
-"""Tests for dsh_agent_loop.config.settings: the live settings layers and the settings file."""
+"""Tests for dsh_agent_loop.config._settings: the live settings layers and the settings file."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dsh_agent_loop._errors import ConfigError
 from dsh_agent_loop.config import (
     LoopConfig,
     Settings,
@@ -17,7 +18,6 @@ from dsh_agent_loop.config import (
     converter,
     load_settings_file,
 )
-from dsh_agent_loop.errors import ConfigError
 
 from .helpers import layers, pos_ints
 

@@ -1,4 +1,4 @@
-"""Tests for dsh_agent_loop.config.tools: ``tools`` lists in a config, checked when it loads.
+"""Tests for dsh_agent_loop.config._tools: ``tools`` lists in a config, checked when it loads.
 
 ``dsh_agent_loop.load_config`` (and ``open_runtime``) check them with the composition's tool
 catalog, which imports each reference; ``dsh_agent_loop.config.load_config`` alone does not.
@@ -15,10 +15,10 @@ import trio
 import yaml
 
 from dsh_agent_loop import Reply, ScriptedModel, load_config, open_runtime, tool
+from dsh_agent_loop._errors import ConfigError
 from dsh_agent_loop.config import converter
 from dsh_agent_loop.config import load_config as config_load
-from dsh_agent_loop.errors import ConfigError
-from dsh_agent_loop.llm.base import ModelRequest
+from dsh_agent_loop.llm._base import ModelRequest
 
 from .helpers import P0, config_with, error_of
 

@@ -46,9 +46,9 @@ from dsh_agent_loop import (
     open_runtime,
     tool,
 )
-from dsh_agent_loop.agent._actor import AgentActor
-from dsh_agent_loop.session.store import SessionStore
-from dsh_agent_loop.session.writer import SessionWriter
+from dsh_agent_loop._agent._actor import AgentActor
+from dsh_agent_loop._session.store import SessionStore
+from dsh_agent_loop._session.writer import SessionWriter
 from dsh_agent_loop.testing import actor_of
 
 OPTIONS = AgentOptions(id="crash", provider="s", model="m")

@@ -48,7 +48,7 @@ from dsh_agent_loop import (
     open_runtime,
     tool,
 )
-from dsh_agent_loop.session.store import SessionStore
+from dsh_agent_loop._session.store import SessionStore
 from dsh_agent_loop.stores import SqliteStore
 
 from ..stores.conftest import drop_pg_tables, new_pg_prefix, postgres_dsn

@@ -12,9 +12,9 @@ import attrs
 import trio
 
 from dsh_agent_loop import AgentOptions, Event, MemoryStore, Retry, invariants, open_runtime
-from dsh_agent_loop.llm.anthropic import AnthropicAdapter
-from dsh_agent_loop.llm.base import TRANSIENT_CODES
-from dsh_agent_loop.llm.openai import OpenAIAdapter
+from dsh_agent_loop.llm._anthropic import AnthropicAdapter
+from dsh_agent_loop.llm._base import TRANSIENT_CODES
+from dsh_agent_loop.llm._openai import OpenAIAdapter
 
 from .server import LoopbackServer, Reply, open_loopback_server
 

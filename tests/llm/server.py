@@ -21,8 +21,8 @@ import h11
 import trio
 
 from dsh_agent_loop._frozen import FrozenDict
-from dsh_agent_loop.llm.assemble import Assembler
-from dsh_agent_loop.llm.base import Chunk, ModelRequest, PreparedCall
+from dsh_agent_loop.llm._assemble import Assembler
+from dsh_agent_loop.llm._base import Chunk, ModelRequest, PreparedCall
 
 TRANSCRIPTS = Path(__file__).parent / "transcripts"
 SSE_HEADERS = (("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache"))

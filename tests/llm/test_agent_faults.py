@@ -21,8 +21,8 @@ import pytest
 import trio
 
 from dsh_agent_loop import tool
-from dsh_agent_loop.llm.base import ReasoningDelta, TextDelta
-from dsh_agent_loop.llm.stream_limits import StreamLimits
+from dsh_agent_loop.llm._base import ReasoningDelta, TextDelta
+from dsh_agent_loop.llm._stream_limits import StreamLimits
 
 from .agent_helpers import (
     CLAUDE_KEY_ENV,

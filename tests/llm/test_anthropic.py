@@ -13,12 +13,12 @@ from dsh_agent_loop import AgentOptions, MemoryStore, open_runtime
 from dsh_agent_loop._compose import adapter_from_config
 from dsh_agent_loop._frozen import FrozenDict, freeze
 from dsh_agent_loop.config import AnthropicProviderConfig, load_config
-from dsh_agent_loop.llm.anthropic import (
+from dsh_agent_loop.llm._anthropic import (
     AnthropicAdapter,
     AnthropicStreamDecoder,
     anthropic_messages,
 )
-from dsh_agent_loop.llm.base import (
+from dsh_agent_loop.llm._base import (
     BlockEnd,
     BlockStart,
     Finish,
@@ -29,7 +29,7 @@ from dsh_agent_loop.llm.base import (
     Usage,
     UsageChunk,
 )
-from dsh_agent_loop.llm.sse import SSEParser
+from dsh_agent_loop.llm._sse import SSEParser
 
 from .server import (
     LoopbackServer,

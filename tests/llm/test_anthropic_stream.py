@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dsh_agent_loop.llm._anthropic_stream import AnthropicStreamDecoder
-from dsh_agent_loop.llm.base import (
+from dsh_agent_loop.llm._base import (
     BlockEnd,
     BlockStart,
     Chunk,
@@ -24,7 +24,7 @@ from dsh_agent_loop.llm.base import (
     Usage,
     UsageChunk,
 )
-from dsh_agent_loop.llm.sse import SSEEvent, SSEParser
+from dsh_agent_loop.llm._sse import SSEEvent, SSEParser
 
 from .server import transcript
 

@@ -1,4 +1,4 @@
-"""The chunk assembler (``llm/assemble.py``): the delivered prefix, and cut tool calls dropped."""
+"""The chunk assembler (``llm/_assemble.py``): the delivered prefix, and cut tool calls dropped."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Iterable
 
 import pytest
 
-from dsh_agent_loop.llm.assemble import FOLD_CHUNK, Assembler
-from dsh_agent_loop.llm.base import (
+from dsh_agent_loop.llm._assemble import FOLD_CHUNK, Assembler
+from dsh_agent_loop.llm._base import (
     BlockEnd,
     BlockStart,
     Chunk,

@@ -1,4 +1,4 @@
-"""Model-call shapes (``llm/base.py``): ``Failure``, ``Usage``, requests and chunk builders."""
+"""Model-call shapes (``llm/_base.py``): ``Failure``, ``Usage``, requests and chunk builders."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from dsh_agent_loop._errors import AgentLoopError
 from dsh_agent_loop._frozen import FrozenDict, freeze
-from dsh_agent_loop.errors import AgentLoopError
-from dsh_agent_loop.llm.base import (
+from dsh_agent_loop.llm._base import (
     BlockStart,
     Chunk,
     Failure,

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import pytest
 
 from dsh_agent_loop.llm import _bench_sse
+from dsh_agent_loop.llm._base import BlockEnd, BlockStart, Chunk, Finish, TextDelta, UsageChunk
 from dsh_agent_loop.llm._bench_sse import _frames, _json_once, _parse_once, _pieces, run_sse_bench
-from dsh_agent_loop.llm.base import BlockEnd, BlockStart, Chunk, Finish, TextDelta, UsageChunk
-from dsh_agent_loop.llm.openai import OpenAIStreamDecoder
-from dsh_agent_loop.llm.sse import SSEParser
+from dsh_agent_loop.llm._openai import OpenAIStreamDecoder
+from dsh_agent_loop.llm._sse import SSEParser
 
 WORDS = ("The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog", ".")
 

@@ -20,10 +20,9 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsh_agent_loop.llm._http import parse_retry_after
-from dsh_agent_loop.llm.anthropic import AnthropicAdapter, AnthropicStreamDecoder
-from dsh_agent_loop.llm.assemble import Assembler
-from dsh_agent_loop.llm.base import (
+from dsh_agent_loop.llm._anthropic import AnthropicAdapter, AnthropicStreamDecoder
+from dsh_agent_loop.llm._assemble import Assembler
+from dsh_agent_loop.llm._base import (
     BlockEnd,
     BlockStart,
     Chunk,
@@ -36,9 +35,10 @@ from dsh_agent_loop.llm.base import (
     Usage,
     UsageChunk,
 )
-from dsh_agent_loop.llm.openai import OpenAIAdapter, OpenAIStreamDecoder
-from dsh_agent_loop.llm.sse import SSEEvent
-from dsh_agent_loop.llm.stream_limits import StreamLimits
+from dsh_agent_loop.llm._http import parse_retry_after
+from dsh_agent_loop.llm._openai import OpenAIAdapter, OpenAIStreamDecoder
+from dsh_agent_loop.llm._sse import SSEEvent
+from dsh_agent_loop.llm._stream_limits import StreamLimits
 
 from .server import (
     USER_HI,

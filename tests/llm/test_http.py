@@ -16,6 +16,16 @@ import pytest
 import trio
 
 from dsh_agent_loop.llm import _http
+from dsh_agent_loop.llm._base import (
+    Chunk,
+    Failure,
+    Finish,
+    ModelError,
+    ModelRequest,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+)
 from dsh_agent_loop.llm._http import (
     ClientPool,
     endpoint,
@@ -31,18 +41,8 @@ from dsh_agent_loop.llm._http import (
     transport_failure,
     with_defaults,
 )
-from dsh_agent_loop.llm.base import (
-    Chunk,
-    Failure,
-    Finish,
-    ModelError,
-    ModelRequest,
-    ReasoningDelta,
-    TextDelta,
-    ToolCallDelta,
-)
-from dsh_agent_loop.llm.sse import SSEEvent
-from dsh_agent_loop.llm.stream_limits import DEFAULT_STREAM_LIMITS, StreamLimits
+from dsh_agent_loop.llm._sse import SSEEvent
+from dsh_agent_loop.llm._stream_limits import DEFAULT_STREAM_LIMITS, StreamLimits
 
 from .server import LoopbackServer, Reply, open_loopback_server, refused_url
 

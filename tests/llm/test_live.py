@@ -13,8 +13,8 @@ import os
 import pytest
 
 from dsh_agent_loop import AgentOptions, MemoryStore, invariants, open_runtime, tool
-from dsh_agent_loop.llm.anthropic import AnthropicAdapter
-from dsh_agent_loop.llm.openai import OpenAIAdapter
+from dsh_agent_loop.llm._anthropic import AnthropicAdapter
+from dsh_agent_loop.llm._openai import OpenAIAdapter
 
 
 @tool

@@ -1,10 +1,10 @@
-"""The built-in model table (``llm/models.py``): lookups by name and family, and overrides."""
+"""The built-in model table (``llm/_models.py``): lookups by name and family, and overrides."""
 
 from __future__ import annotations
 
 import pytest
 
-from dsh_agent_loop.llm.models import (
+from dsh_agent_loop.llm._models import (
     BUILTIN_MODELS,
     REASONING_REPLAY_MODES,
     ModelInfo,

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh_agent_loop._compose import adapter_from_config
+from dsh_agent_loop._errors import ConfigError
 from dsh_agent_loop._frozen import FrozenDict, freeze
 from dsh_agent_loop.config import OpenAIProviderConfig, load_config
-from dsh_agent_loop.errors import ConfigError
-from dsh_agent_loop.llm.base import (
+from dsh_agent_loop.llm._base import (
     BlockEnd,
     BlockStart,
     Finish,
@@ -24,9 +24,9 @@ from dsh_agent_loop.llm.base import (
     Usage,
     UsageChunk,
 )
-from dsh_agent_loop.llm.openai import OpenAIAdapter, OpenAIStreamDecoder, openai_messages
-from dsh_agent_loop.llm.scripted import ScriptedModel
-from dsh_agent_loop.llm.sse import SSEParser
+from dsh_agent_loop.llm._openai import OpenAIAdapter, OpenAIStreamDecoder, openai_messages
+from dsh_agent_loop.llm._scripted import ScriptedModel
+from dsh_agent_loop.llm._sse import SSEParser
 
 from .server import (
     LoopbackServer,

@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from dsh_agent_loop.llm._openai_stream import OpenAIStreamDecoder
-from dsh_agent_loop.llm.base import (
+from dsh_agent_loop.llm._base import (
     BlockEnd,
     BlockStart,
     Chunk,
@@ -25,7 +24,8 @@ from dsh_agent_loop.llm.base import (
     Usage,
     UsageChunk,
 )
-from dsh_agent_loop.llm.sse import SSEEvent, SSEParser
+from dsh_agent_loop.llm._openai_stream import OpenAIStreamDecoder
+from dsh_agent_loop.llm._sse import SSEEvent, SSEParser
 
 from .server import assemble, transcript
 
@@ -153,7 +153,7 @@ def test_list_valued_content_keeps_text_parts_and_skips_unknown_ones(
         {"type": "text", "text": "b"},
     ]
     decoder = OpenAIStreamDecoder()
-    with caplog.at_level(logging.DEBUG, logger="dsh_agent_loop.llm.openai"):
+    with caplog.at_level(logging.DEBUG, logger="dsh_agent_loop.llm._openai"):
         chunks = feed(decoder, frame({"content": content}))
     assert chunks == [BlockStart(0, "text"), TextDelta(0, "a"), TextDelta(0, "b")]
     assert ["image_url" in r.getMessage() for r in caplog.records] == [True]

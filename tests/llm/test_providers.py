@@ -21,17 +21,17 @@ from dsh_agent_loop import (
     open_runtime,
 )
 from dsh_agent_loop._compose import adapter_from_config
-from dsh_agent_loop.config.providers import (
+from dsh_agent_loop.config._providers import (
     AnthropicProviderConfig,
     OpenAIProviderConfig,
     ScriptedProviderConfig,
     ScriptedReplyConfig,
 )
-from dsh_agent_loop.llm.anthropic import AnthropicAdapter
-from dsh_agent_loop.llm.base import Finish, ModelAdapter
-from dsh_agent_loop.llm.openai import OpenAIAdapter
-from dsh_agent_loop.llm.scripted import ScriptedModel
-from dsh_agent_loop.llm.stream_limits import StreamLimits
+from dsh_agent_loop.llm._anthropic import AnthropicAdapter
+from dsh_agent_loop.llm._base import Finish, ModelAdapter
+from dsh_agent_loop.llm._openai import OpenAIAdapter
+from dsh_agent_loop.llm._scripted import ScriptedModel
+from dsh_agent_loop.llm._stream_limits import StreamLimits
 
 from .server import (
     LoopbackServer,

@@ -21,8 +21,8 @@ import trio
 from dsh_agent_loop import AgentOptions, ConfigError, MemoryStore, load_config, open_runtime, tool
 from dsh_agent_loop._compose import adapter_from_config
 from dsh_agent_loop._frozen import freeze
-from dsh_agent_loop.llm.models import lookup_model, resolve_model
-from dsh_agent_loop.llm.openai import OpenAIAdapter, openai_messages
+from dsh_agent_loop.llm._models import lookup_model, resolve_model
+from dsh_agent_loop.llm._openai import OpenAIAdapter, openai_messages
 
 from .agent_helpers import (
     DONE,

@@ -20,7 +20,7 @@ import pytest
 import trio
 
 from dsh_agent_loop import AgentOptions, MemoryStore, Retry, open_runtime, tool
-from dsh_agent_loop.llm.openai import OpenAIAdapter
+from dsh_agent_loop.llm._openai import OpenAIAdapter
 
 from .agent_helpers import (
     DONE,

@@ -1,4 +1,4 @@
-"""``ModelRouter`` (``llm/router.py``): routing by provider name, ``NO_ADAPTER``, closing."""
+"""``ModelRouter`` (``llm/_router.py``): routing by provider name, ``NO_ADAPTER``, closing."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from dsh_agent_loop.llm.base import Chunk, Failure, ModelError, ModelRequest, PreparedCall
-from dsh_agent_loop.llm.router import ModelRouter
+from dsh_agent_loop.llm._base import Chunk, Failure, ModelError, ModelRequest, PreparedCall
+from dsh_agent_loop.llm._router import ModelRouter
 
 
 async def _no_chunks(request: ModelRequest) -> AsyncIterator[Chunk]:  # pragma: no cover

@@ -1,4 +1,4 @@
-"""``ScriptedModel`` and ``Reply`` (``llm/scripted.py``): the exact chunks a script streams."""
+"""``ScriptedModel`` and ``Reply`` (``llm/_scripted.py``): the exact chunks a script streams."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from dsh_agent_loop._frozen import freeze
-from dsh_agent_loop.llm.base import (
+from dsh_agent_loop.llm._base import (
     BlockEnd,
     BlockStart,
     Failure,
@@ -22,7 +22,7 @@ from dsh_agent_loop.llm.base import (
     Usage,
     UsageChunk,
 )
-from dsh_agent_loop.llm.scripted import Reply, ScriptedModel
+from dsh_agent_loop.llm._scripted import Reply, ScriptedModel
 
 CONFIG = freeze({"provider": "scripted", "model": "m"})
 

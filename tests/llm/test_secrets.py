@@ -16,7 +16,10 @@ import pytest
 
 from dsh_agent_loop import ConfigError, OpenAIProvider, load_config
 from dsh_agent_loop.events import event_to_json
+from dsh_agent_loop.llm._anthropic import AnthropicAdapter
+from dsh_agent_loop.llm._base import Failure, Finish, ModelError
 from dsh_agent_loop.llm._http import endpoint
+from dsh_agent_loop.llm._openai import OpenAIAdapter
 from dsh_agent_loop.llm._secrets import (
     REDACTED,
     check_headers,
@@ -24,9 +27,6 @@ from dsh_agent_loop.llm._secrets import (
     redact,
     secret_forms,
 )
-from dsh_agent_loop.llm.anthropic import AnthropicAdapter
-from dsh_agent_loop.llm.base import Failure, Finish, ModelError
-from dsh_agent_loop.llm.openai import OpenAIAdapter
 
 from .agent_helpers import KEY_ENV, fast_transient_retry, live_agent, oai_text, of_type
 from .server import LoopbackServer, Reply, closing, collect, open_loopback_server

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh_agent_loop.llm.sse import SSEEvent, SSELimitError, SSEParser
+from dsh_agent_loop.llm._sse import SSEEvent, SSELimitError, SSEParser
 
 
 def parse(*pieces: bytes | str) -> tuple[list[SSEEvent], bool]:

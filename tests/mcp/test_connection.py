@@ -9,9 +9,10 @@ import pytest
 import trio
 
 from dsh_agent_loop import open_runtime
-from dsh_agent_loop.mcp import McpServer, McpStartError, connection, open_mcp_servers
-from dsh_agent_loop.mcp.connection import STDERR_TAIL
-from dsh_agent_loop.tools.base import ToolResult
+from dsh_agent_loop._tools.base import ToolResult
+from dsh_agent_loop.mcp import McpServer, McpStartError, open_mcp_servers
+from dsh_agent_loop.mcp import _connection as connection
+from dsh_agent_loop.mcp._connection import STDERR_TAIL
 
 from .conftest import PROCESS_WAIT, process_gone, stdio_server, wait_for
 

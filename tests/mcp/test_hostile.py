@@ -16,8 +16,8 @@ import pytest
 import trio
 
 from dsh_agent_loop import AgentOptions, Limits, Reply, ScriptedModel, open_runtime
+from dsh_agent_loop._tools.base import ToolResult, tool
 from dsh_agent_loop.mcp import McpServer, McpStartError
-from dsh_agent_loop.tools.base import ToolResult, tool
 
 from ..agent.conftest import plain
 from . import server as test_server

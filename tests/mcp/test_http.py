@@ -8,8 +8,8 @@ import pytest
 import trio
 
 from dsh_agent_loop import Limits, open_runtime
+from dsh_agent_loop._tools.base import ToolResult
 from dsh_agent_loop.mcp import McpServer
-from dsh_agent_loop.tools.base import ToolResult
 
 from .conftest import PROCESS_WAIT, serve_http, wait_for
 

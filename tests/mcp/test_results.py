@@ -10,8 +10,8 @@ from mcp.types import (
     TextResourceContents,
 )
 
+from dsh_agent_loop._tools.base import ToolResult
 from dsh_agent_loop.mcp import tool_result
-from dsh_agent_loop.tools.base import ToolResult
 
 
 def test_text_blocks_are_joined() -> None:

@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
+from dsh_agent_loop._tools.base import ArgumentsError
 from dsh_agent_loop.mcp._schema import (
     MAX_CHECK_STEPS,
     MAX_SCHEMA_DEPTH,
     SchemaRefused,
     untrusted_validator,
 )
-from dsh_agent_loop.tools.base import ArgumentsError
 
 
 def props(**properties: Any) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh_agent_loop import Event
-from dsh_agent_loop.session.history import MessagesView, SurfaceProjection, message_text
-from dsh_agent_loop.session.log import Session
+from dsh_agent_loop._session.history import MessagesView, SurfaceProjection, message_text
+from dsh_agent_loop._session.log import Session
 
 from .logs import LogBuilder
 

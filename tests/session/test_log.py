@@ -1,4 +1,4 @@
-"""``Session`` (``session/log.py``): dense seqs, projections folded before return, pending."""
+"""``Session`` (``_session/log.py``): dense seqs, projections folded before return, pending."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from dsh_agent_loop._frozen import freeze
+from dsh_agent_loop._session.log import Session, SessionView
 from dsh_agent_loop.events import Event
-from dsh_agent_loop.session.log import Session, SessionView
 
 
 class Clock:

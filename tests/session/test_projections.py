@@ -1,4 +1,4 @@
-"""Session projections (``session/projections.py``): the inbox fold and ``PendingList``."""
+"""Session projections (``_session/projections.py``): the inbox fold and ``PendingList``."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dsh_agent_loop._agent.inbox import user_message
 from dsh_agent_loop._frozen import FrozenDict
-from dsh_agent_loop.agent.inbox import user_message
+from dsh_agent_loop._session.log import Session
+from dsh_agent_loop._session.projections import InvalidSpliceError, PendingList
 from dsh_agent_loop.events import Event
-from dsh_agent_loop.session.log import Session
-from dsh_agent_loop.session.projections import InvalidSpliceError, PendingList
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Event payload builders and the runtime's record cache (``session/records.py``)."""
+"""Event payload builders and the runtime's record cache (``_session/records.py``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ import trio
 
 from dsh_agent_loop import MemoryStore, Reply, ScriptedModel, open_runtime
 from dsh_agent_loop._frozen import FrozenDict, thaw
-from dsh_agent_loop.events import event_to_json
-from dsh_agent_loop.llm.base import Usage
-from dsh_agent_loop.session.records import (
+from dsh_agent_loop._session.records import (
     PAYLOAD_RECORDS_MAX,
     SHARED_POSITIONS,
     STREAM_RECORDS_MAX,
@@ -21,6 +19,8 @@ from dsh_agent_loop.session.records import (
     tool_call_data,
     tool_result_data,
 )
+from dsh_agent_loop.events import event_to_json
+from dsh_agent_loop.llm._base import Usage
 from dsh_agent_loop.testing import actor_of
 
 from ..agent.conftest import OPTIONS

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh_agent_loop import invariants
-from dsh_agent_loop.session.repair import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT, repair_events
+from dsh_agent_loop._session.repair import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT, repair_events
 
 from .logs import LogBuilder
 

@@ -1,4 +1,4 @@
-"""The store contract's shared pieces (``session/store.py``): ``info_from_events``, protocols."""
+"""The store contract's shared pieces (``_session/store.py``): ``info_from_events``, protocols."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh_agent_loop.events import Event
-from dsh_agent_loop.session.store import (
+from dsh_agent_loop._session.store import (
     FORMAT_VERSION,
     ReadHandle,
     SessionInfo,
@@ -16,6 +15,7 @@ from dsh_agent_loop.session.store import (
     WriteHandle,
     info_from_events,
 )
+from dsh_agent_loop.events import Event
 from dsh_agent_loop.stores import JsonlStore, MemoryStore, SqliteStore
 
 HEADER = {"session_id": "s1", "agent_id": "a1", "created_at": "2026-01-01T00:00:00Z"}

@@ -21,7 +21,7 @@ from dsh_agent_loop import (
     open_runtime,
     tool,
 )
-from dsh_agent_loop.session.writer import COMMIT_DELAY
+from dsh_agent_loop._session.writer import COMMIT_DELAY
 from dsh_agent_loop.testing import actor_of
 
 OPTIONS = AgentOptions(id="main", provider="scripted", model="m")
@@ -116,9 +116,9 @@ async def test_a_full_batch_is_committed_at_once_without_a_barrier_or_the_timer(
     # The session wakes its writer on the first pending event and again once the writer's
     # batch limit is pending: a long burst is committed in batches, not held for the delay.
     from dsh_agent_loop._frozen import FrozenDict
+    from dsh_agent_loop._session.log import Session
+    from dsh_agent_loop._session.writer import SessionWriter
     from dsh_agent_loop.events import TURN_START
-    from dsh_agent_loop.session.log import Session
-    from dsh_agent_loop.session.writer import SessionWriter
 
     header = {"session_id": "s-1", "agent_id": "a", "created_at": "2026-01-01T00:00:00Z"}
     store = MemoryStore()
@@ -319,8 +319,8 @@ class _ScriptedHandle:
 
 
 async def _writer_on(handle_factory: Any, **kwargs: Any) -> tuple[Any, Any]:
-    from dsh_agent_loop.session.log import Session
-    from dsh_agent_loop.session.writer import SessionWriter
+    from dsh_agent_loop._session.log import Session
+    from dsh_agent_loop._session.writer import SessionWriter
 
     header = {"session_id": "s-1", "agent_id": "a", "created_at": "2026-01-01T00:00:00Z"}
     handle = handle_factory(await MemoryStore().create(header))
@@ -410,8 +410,8 @@ async def test_an_owner_is_told_of_commits_and_of_the_failure_once(autojump_cloc
     owner = _Owner()
     store = FlakyStore()
     handle = await store.create({"session_id": "s-1"})
-    from dsh_agent_loop.session.log import Session
-    from dsh_agent_loop.session.writer import SessionWriter
+    from dsh_agent_loop._session.log import Session
+    from dsh_agent_loop._session.writer import SessionWriter
 
     session = Session({"session_id": "s-1"}, clock=trio.current_time)
     writer = SessionWriter(session, handle, owner=owner)
@@ -641,8 +641,8 @@ async def test_a_raising_commit_callback_inline_fails_the_session_after_the_barr
 
 async def test_the_commit_timer_commits_inline_without_waking_the_writer(autojump_clock):
     from dsh_agent_loop._frozen import FrozenDict
+    from dsh_agent_loop._session.writer import CommitTimer
     from dsh_agent_loop.events import TURN_START
-    from dsh_agent_loop.session.writer import CommitTimer
 
     timer = CommitTimer()
     handle, writer = await _writer_on(_InlineHandle, timer=timer)
@@ -690,8 +690,8 @@ async def test_a_runtimes_writers_close_suspending_handles_a_bounded_number_at_a
 ):
     # Thousands of writers closing at once wait for a place (CLOSE_CONCURRENCY at a time), and
     # each one's close bound starts when it has one: none of them times out for waiting.
-    from dsh_agent_loop.session.log import Session
-    from dsh_agent_loop.session.writer import (
+    from dsh_agent_loop._session.log import Session
+    from dsh_agent_loop._session.writer import (
         CLOSE_CONCURRENCY,
         CLOSE_TIMEOUT,
         CommitTimer,

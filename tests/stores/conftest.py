@@ -12,8 +12,8 @@ import psycopg
 import pytest
 import trio
 
+from dsh_agent_loop._session.store import SessionStore
 from dsh_agent_loop.events import Event
-from dsh_agent_loop.session.store import SessionStore
 from dsh_agent_loop.stores import JsonlStore, MemoryStore, SqliteStore
 
 BACKENDS = ["memory", "sqlite", "jsonl", "postgres"]

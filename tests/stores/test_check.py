@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dsh_agent_loop.errors import SequenceConflictError
+from dsh_agent_loop._errors import SequenceConflictError
 from dsh_agent_loop.events import Event
 from dsh_agent_loop.stores._check import check_range, new_suffix, read_stored_and_staged, stage
 

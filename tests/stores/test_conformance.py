@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from dsh_agent_loop._frozen import thaw
-from dsh_agent_loop.errors import (
+from dsh_agent_loop._errors import (
     SequenceConflictError,
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
@@ -23,7 +22,8 @@ from dsh_agent_loop.errors import (
     SessionOwnershipLostError,
     StoreError,
 )
-from dsh_agent_loop.session.store import ReadHandle, SessionStore, WriteHandle
+from dsh_agent_loop._frozen import thaw
+from dsh_agent_loop._session.store import ReadHandle, SessionStore, WriteHandle
 from dsh_agent_loop.stores import SqliteStore
 
 from .conftest import StoreFactory, drop_pg_tables, ev, header, new_pg_prefix, postgres_dsn

@@ -19,9 +19,9 @@ import psycopg
 import pytest
 
 from dsh_agent_loop import AgentOptions, Reply, ScriptedModel, open_runtime
-from dsh_agent_loop.errors import StoreCorruptError, StoreError
+from dsh_agent_loop._errors import StoreCorruptError, StoreError
+from dsh_agent_loop._session.store import SessionStore
 from dsh_agent_loop.events import event_to_json
-from dsh_agent_loop.session.store import SessionStore
 from dsh_agent_loop.stores import SqliteStore
 
 from .conftest import drop_pg_tables, ev, header, new_pg_prefix, postgres_dsn

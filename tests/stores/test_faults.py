@@ -52,7 +52,7 @@ from dsh_agent_loop import (
     open_runtime,
     tool,
 )
-from dsh_agent_loop.session.store import SessionStore
+from dsh_agent_loop._session.store import SessionStore
 from dsh_agent_loop.stores import SqliteStore
 from dsh_agent_loop.stores.sqlite import _sync as _sqlite_sync
 

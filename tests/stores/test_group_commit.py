@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from dsh_agent_loop.errors import StoreError
+from dsh_agent_loop._errors import StoreError
 from dsh_agent_loop.stores._group_commit import Batches, GroupCommit, GroupRelease
 from dsh_agent_loop.stores._handles import Staging
 

@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from dsh_agent_loop.errors import SessionOwnershipLostError, StoreError
+from dsh_agent_loop._errors import SessionOwnershipLostError, StoreError
 from dsh_agent_loop.events import Event
 from dsh_agent_loop.stores._handles import (
     RELEASE_GRACE,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh_agent_loop.errors import SessionNotFoundError, StoreCorruptError, StoreError
+from dsh_agent_loop._errors import SessionNotFoundError, StoreCorruptError, StoreError
 from dsh_agent_loop.events import event_to_json
 from dsh_agent_loop.stores import JsonlStore
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh_agent_loop.errors import (
+from dsh_agent_loop._errors import (
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
     SessionNotFoundError,

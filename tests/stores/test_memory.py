@@ -1,4 +1,4 @@
-"""``MemoryStore`` (``stores/memory.py``): in-process ownership, visibility and counters.
+"""``MemoryStore`` (``stores/_memory.py``): in-process ownership, visibility and counters.
 
 The behaviour every backend shares is in ``test_conformance``; these are the memory store's own.
 """
@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 import trio
 
-from dsh_agent_loop.errors import (
+from dsh_agent_loop._errors import (
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
     SessionNotFoundError,
 )
-from dsh_agent_loop.session.store import StoreStatistics
+from dsh_agent_loop._session.store import StoreStatistics
 from dsh_agent_loop.stores import MemoryStore
 
 from .conftest import ev, header

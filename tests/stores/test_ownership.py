@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 import pytest
 import trio
 
-from dsh_agent_loop.errors import SessionAlreadyOwnedError
-from dsh_agent_loop.session.store import SessionStore
+from dsh_agent_loop._errors import SessionAlreadyOwnedError
+from dsh_agent_loop._session.store import SessionStore
 from dsh_agent_loop.stores import JsonlStore, SqliteStore
 
 from .conftest import drop_pg_tables, ev, header, new_pg_prefix, postgres_dsn
@@ -35,7 +35,7 @@ T = TypeVar("T")
 
 WORKER = r"""
 import os, socket, sys, trio
-from dsh_agent_loop.errors import (
+from dsh_agent_loop._errors import (
     SessionAlreadyOwnedError, SessionOwnershipLostError, StoreError)
 from dsh_agent_loop.events import Event
 
@@ -44,7 +44,7 @@ def make_store(backend, location, prefix, ttl):
         from dsh_agent_loop.stores.sqlite import SqliteStore
         return SqliteStore(location, busy_timeout=30.0)
     if backend == "jsonl":
-        from dsh_agent_loop.stores.jsonl import JsonlStore
+        from dsh_agent_loop.stores._jsonl import JsonlStore
         return JsonlStore(location)
     from dsh_agent_loop.stores.postgres import PostgresStore
     return PostgresStore(location, table_prefix=prefix, lease_ttl=float(ttl))

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from dsh_agent_loop.errors import SessionAlreadyOwnedError
-from dsh_agent_loop.session.store import SessionStore
+from dsh_agent_loop._errors import SessionAlreadyOwnedError
+from dsh_agent_loop._session.store import SessionStore
 
 from .conftest import ev, header
 from .test_ownership import Location, Worker, read_all, seed, with_store

@@ -20,7 +20,7 @@ import pytest
 import trio
 
 from dsh_agent_loop import AgentOptions, Event, Reply, ScriptedModel, invariants, open_runtime, tool
-from dsh_agent_loop.errors import SessionOwnershipLostError, StoreError
+from dsh_agent_loop._errors import SessionOwnershipLostError, StoreError
 from dsh_agent_loop.stores import _postgres_sync as pg
 from dsh_agent_loop.stores.postgres import RETRY_DELAYS, PostgresStore, capped_backoff
 

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 import trio
 
-from dsh_agent_loop.errors import SessionNotFoundError, StoreError
+from dsh_agent_loop._errors import SessionNotFoundError, StoreError
 from dsh_agent_loop.stores import _postgres_sync as pg
 from dsh_agent_loop.stores._postgres_pool import POOL_SIZE, Pool, worth_retrying
 

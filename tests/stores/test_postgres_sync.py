@@ -14,7 +14,7 @@ import attrs
 import psycopg
 import pytest
 
-from dsh_agent_loop.errors import (
+from dsh_agent_loop._errors import (
     SequenceConflictError,
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dsh_agent_loop._errors import StoreCorruptError, StoreError
 from dsh_agent_loop._frozen import FrozenDict, freeze, shape
-from dsh_agent_loop.errors import StoreCorruptError, StoreError
 from dsh_agent_loop.events import Event, event_from_json, event_to_json, make_event
 from dsh_agent_loop.stores._rows import (
     decode_event,

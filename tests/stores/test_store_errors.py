@@ -22,10 +22,10 @@ import pytest
 import trio
 import trio.testing
 
+from dsh_agent_loop._errors import SessionNotFoundError, StoreError
 from dsh_agent_loop._frozen import FrozenDict
-from dsh_agent_loop.errors import SessionNotFoundError, StoreError
+from dsh_agent_loop._session.store import SessionStore
 from dsh_agent_loop.events import Event, make_event
-from dsh_agent_loop.session.store import SessionStore
 from dsh_agent_loop.stores import JsonlStore, SqliteStore
 
 from .conftest import StoreFactory, drop_pg_tables, ev, header, new_pg_prefix, postgres_dsn

@@ -1,4 +1,4 @@
-"""``store_from_url`` (``stores/url.py``): each URL form, and a clear error for a bad one."""
+"""``store_from_url`` (``stores/_url.py``): each URL form, and a clear error for a bad one."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 import trio
 
 from dsh_agent_loop import open_runtime
+from dsh_agent_loop._errors import ConfigError
 from dsh_agent_loop.config import load_config
-from dsh_agent_loop.errors import ConfigError
 from dsh_agent_loop.stores import JsonlStore, MemoryStore, SqliteStore, store_from_url
-from dsh_agent_loop.stores.url import StoreUrlError, parse_store_url
+from dsh_agent_loop.stores._url import StoreUrlError, parse_store_url
 
 from .conftest import drop_pg_tables, ev, header, new_pg_prefix, postgres_dsn
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import trio
 
-import dsh_agent_loop.agent.tool_calls as tool_calls
-import dsh_agent_loop.agent.turn as turn
+import dsh_agent_loop._agent.tool_calls as tool_calls
+import dsh_agent_loop._agent.turn as turn
 from dsh_agent_loop import AgentOptions, Reply, ScriptedModel, tool
 from dsh_agent_loop.testing import explore_cancellation
-from dsh_agent_loop.testing.explore import explore_cancellation_async
+from dsh_agent_loop.testing._explore import explore_cancellation_async
 
 
 @tool(execution_mode="exclusive")
@@ -109,7 +109,7 @@ def test_catches_a_lost_interrupted_anchor(monkeypatch):
 
 
 def test_catches_a_wrong_delivered_prefix(monkeypatch):
-    from dsh_agent_loop.llm.assemble import Assembler
+    from dsh_agent_loop.llm._assemble import Assembler
 
     original = Assembler.content
 

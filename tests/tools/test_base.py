@@ -1,4 +1,4 @@
-"""The ``Tool`` record, the ``@tool`` decorator and argument parsing (``tools/base.py``)."""
+"""The ``Tool`` record, the ``@tool`` decorator and argument parsing (``_tools/base.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from dsh_agent_loop import Tool, ToolContext, ToolResult, tool
 from dsh_agent_loop._frozen import FrozenDict
-from dsh_agent_loop.tools.base import (
+from dsh_agent_loop._tools.base import (
     MAX_ECHO,
     ArgumentsError,
     InvalidToolResult,

@@ -1,4 +1,4 @@
-"""Tests for dsh_agent_loop.tools.builtin: each tool, and confinement to the agent's cwd."""
+"""Tests for dsh_agent_loop._tools.builtin: each tool, and confinement to the agent's cwd."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import trio
 
-from dsh_agent_loop.sandbox import Sandbox, Workspace
-from dsh_agent_loop.tools import builtin
-from dsh_agent_loop.tools.base import DEFAULT_WORKSPACE, ToolContext, ToolResult, parse_arguments
-from dsh_agent_loop.tools.builtin import BUILTIN_TOOLS, builtin_tool
+from dsh_agent_loop._sandbox import Sandbox, Workspace
+from dsh_agent_loop._tools import builtin
+from dsh_agent_loop._tools.base import DEFAULT_WORKSPACE, ToolContext, ToolResult, parse_arguments
+from dsh_agent_loop._tools.builtin import BUILTIN_TOOLS, builtin_tool
 
 from .test_sandbox import needs_bwrap
 

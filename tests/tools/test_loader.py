@@ -1,4 +1,4 @@
-"""Tests for dsh_agent_loop.tools.loader: ``package.module:attr`` tool references."""
+"""Tests for dsh_agent_loop._tools.loader: ``package.module:attr`` tool references."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dsh_agent_loop.tools.base import Tool
-from dsh_agent_loop.tools.loader import ToolRefError, is_tool_ref, load_tool_ref
+from dsh_agent_loop._tools.base import Tool
+from dsh_agent_loop._tools.loader import ToolRefError, is_tool_ref, load_tool_ref
 
 _MODULE = """
 from dsh_agent_loop import tool

@@ -1,4 +1,4 @@
-"""Tool pipeline vocabulary (``tools/pipeline.py``): ``Deny`` and the standard error results."""
+"""Tool pipeline vocabulary (``_tools/pipeline.py``): ``Deny`` and the standard error results."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import attrs
 import pytest
 
 from dsh_agent_loop import ToolResult
-from dsh_agent_loop.tools.pipeline import (
+from dsh_agent_loop._tools.pipeline import (
     ABORTED_BEFORE_DISPATCH_TEXT,
     ABORTED_TEXT,
     Deny,

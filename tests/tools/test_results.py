@@ -1,4 +1,4 @@
-"""Checking what a tool hands back (``tools/results.py``): valid results, escapes, errors."""
+"""Checking what a tool hands back (``_tools/results.py``): valid results, escapes, errors."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from dsh_agent_loop import ToolResult
 from dsh_agent_loop._frozen import FrozenDict
-from dsh_agent_loop.tools.base import MAX_ECHO
-from dsh_agent_loop.tools.results import (
+from dsh_agent_loop._tools.base import MAX_ECHO
+from dsh_agent_loop._tools.results import (
     INVALID_RESULT,
     MAX_META_DEPTH,
     checked_result,

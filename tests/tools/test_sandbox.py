@@ -1,4 +1,4 @@
-"""Tests for run_command's sandbox (tools/_sandbox.py, tools/_command.py): escapes tried for real.
+"""Tests for run_command's sandbox (_tools/_sandbox.py, _tools/_command.py): escapes tried for real.
 
 Each escape is a real ``run_command`` that a scripted model calls through a real runtime (the
 outcome read from the session log), or, for the timeout and the availability checks, a direct
@@ -26,12 +26,12 @@ import pytest
 import trio
 
 from dsh_agent_loop import AgentOptions, MemoryStore, Reply, ScriptedModel, open_runtime
-from dsh_agent_loop.permissions import Permissions
-from dsh_agent_loop.sandbox import DEFAULT_SANDBOX, Sandbox, Workspace
+from dsh_agent_loop._permissions import Permissions
+from dsh_agent_loop._sandbox import DEFAULT_SANDBOX, Sandbox, Workspace
+from dsh_agent_loop._tools import _sandbox, _seccomp
+from dsh_agent_loop._tools.base import ToolContext, ToolResult
+from dsh_agent_loop._tools.builtin import builtin_tool
 from dsh_agent_loop.stores.sqlite import SqliteStore
-from dsh_agent_loop.tools import _sandbox, _seccomp
-from dsh_agent_loop.tools.base import ToolContext, ToolResult
-from dsh_agent_loop.tools.builtin import builtin_tool
 
 #: The interpreter the commands run: the base one (a venv in a clone under /tmp would be hidden by
 #: the sandbox's private /tmp; the standard library is all these commands need).

@@ -35,7 +35,7 @@ from dsh_agent_loop import (
     open_runtime,
     tool,
 )
-from dsh_agent_loop.llm.base import ModelRequest
+from dsh_agent_loop.llm import ModelRequest
 
 
 @tool

@@ -29,13 +29,9 @@ from typing import Any
 
 import trio
 
-from dsh_agent_loop.agent.options import AgentOptions
-from dsh_agent_loop.llm.base import ModelRequest
-from dsh_agent_loop.llm.scripted import Reply, ScriptedModel
-from dsh_agent_loop.runtime import open_runtime
-from dsh_agent_loop.session.store import SessionStore
-from dsh_agent_loop.stores.memory import MemoryStore
-from dsh_agent_loop.tools.base import tool
+from dsh_agent_loop import AgentOptions, open_runtime, tool
+from dsh_agent_loop.llm import ModelRequest, Reply, ScriptedModel
+from dsh_agent_loop.stores import MemoryStore, SessionStore
 
 __all__ = [
     "main",

@@ -37,13 +37,10 @@ from typing import Any
 
 import trio
 
-from dsh_agent_loop.agent.options import AgentOptions
+from dsh_agent_loop import AgentOptions, open_runtime, tool
 from dsh_agent_loop.bench.loop import reference_loop, report
-from dsh_agent_loop.llm.base import ModelRequest
-from dsh_agent_loop.llm.scripted import Reply, ScriptedModel
-from dsh_agent_loop.runtime import open_runtime
-from dsh_agent_loop.stores.memory import MemoryStore
-from dsh_agent_loop.tools.base import tool
+from dsh_agent_loop.llm import ModelRequest, Reply, ScriptedModel
+from dsh_agent_loop.stores import MemoryStore
 
 __all__ = ["TARGETS", "GcClock", "measure", "run_scale_bench", "scale_rows"]
 

@@ -42,8 +42,7 @@ import trio
 
 from dsh_agent_loop.bench.loop import report, w1
 from dsh_agent_loop.events import Event, event_to_json
-from dsh_agent_loop.session.store import SessionStore, WriteHandle
-from dsh_agent_loop.stores.memory import MemoryStore
+from dsh_agent_loop.stores import MemoryStore, SessionStore, WriteHandle
 from dsh_agent_loop.stores.sqlite import SqliteStore
 
 __all__ = ["append_throughput", "main", "raw_sqlite_throughput", "run_store_bench"]

@@ -32,9 +32,9 @@ from rich.console import Console
 
 from .. import __version__
 from .._compose import load_config
+from .._errors import ConfigError
 from ..config import RuntimeConfig
-from ..errors import ConfigError
-from ..stores.url import parse_store_url
+from ..stores import parse_store_url
 from ._approvals import MODES_TEXT, ResumeHint, permission_mode, with_permission_mode
 from ._setup import (
     DEFAULT_STORE,

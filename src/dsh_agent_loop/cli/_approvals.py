@@ -34,20 +34,19 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 
 import attrs
 
+from .._agent import subagents
+from .._errors import AgentLoopError, SessionNotFoundError
 from .._frozen import thaw
-from ..agent import subagents
-from ..config import RuntimeConfig
-from ..config.agents import AgentEntry, SubagentEntry
-from ..errors import AgentLoopError, SessionNotFoundError
-from ..permissions import PERMISSION_MODES, PermissionMode, Permissions
-from ..session.projections import AWAITING_APPROVAL
+from .._permissions import PERMISSION_MODES, PermissionMode, Permissions
+from .._session.projections import AWAITING_APPROVAL
+from ..config import AgentEntry, RuntimeConfig, SubagentEntry
 from ._terminal import json_visible, visible
 
 if TYPE_CHECKING:
-    from ..agent.agent import Agent
-    from ..agent.results import ApprovalRequest
-    from ..runtime import Runtime
-    from ..session.store import SessionStore
+    from .._agent.agent import Agent
+    from .._agent.results import ApprovalRequest
+    from .._runtime import Runtime
+    from .._session.store import SessionStore
 
 __all__ = [
     "MODES_TEXT",

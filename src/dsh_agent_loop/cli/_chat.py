@@ -40,19 +40,18 @@ import trio
 from rich.console import Console
 from rich.text import Text
 
+from .._agent.agent import Agent
+from .._agent.lifecycle import AgentHandle
+from .._agent.results import ApprovalRequest
+from .._errors import AgentLoopError
 from .._frozen import FrozenDict
-from ..agent.agent import Agent
-from ..agent.lifecycle import AgentHandle
-from ..agent.results import ApprovalRequest
+from .._runtime import Runtime, open_runtime
+from .._session.projections import AWAITING_APPROVAL
+from .._session.store import SessionStore
+from .._tools.base import Tool
 from ..config import PLUGIN_NAME, RuntimeConfig, load_config
-from ..errors import AgentLoopError
 from ..events import AGENT_ERROR, SESSION_EVENT, TURN_END, Event
-from ..llm.base import ModelAdapter, ModelRequest
-from ..llm.scripted import Reply, ScriptedModel
-from ..runtime import Runtime, open_runtime
-from ..session.projections import AWAITING_APPROVAL
-from ..session.store import SessionStore
-from ..tools.base import Tool
+from ..llm import ModelAdapter, ModelRequest, Reply, ScriptedModel
 from ._approvals import agent_tree, call_text, pending_calls, resume_waiting_children
 from ._render import STORE_FAILURES, StreamRenderer, message_text, reason_text
 from ._run import failed_turns, report_start_failures

@@ -25,8 +25,9 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
+from .._agent.request import MAX_ATTEMPTS, Retry
 from .._frozen import thaw
-from ..agent.request import MAX_ATTEMPTS, Retry
+from .._hooks import Disposer, HookBus
 from ..events import (
     AGENT_ERROR,
     ASSISTANT_ATTEMPT,
@@ -48,8 +49,7 @@ from ..events import (
     USER_MESSAGE,
     Event,
 )
-from ..hooks import Disposer, HookBus
-from ..llm.base import BlockEnd, BlockStart, Failure, ReasoningDelta, TextDelta, ToolCallDelta
+from ..llm import BlockEnd, BlockStart, Failure, ReasoningDelta, TextDelta, ToolCallDelta
 from ._terminal import json_visible, visible
 
 __all__ = [

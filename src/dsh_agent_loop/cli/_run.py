@@ -29,14 +29,14 @@ import trio
 from rich.console import Console
 from rich.text import Text
 
-from ..agent.agent import Agent
+from .._agent.agent import Agent
+from .._errors import SessionNotFoundError
+from .._runtime import Runtime, open_runtime
+from .._session.store import SessionStore
+from .._tools.base import Tool
 from ..config import RuntimeConfig
-from ..errors import SessionNotFoundError
 from ..events import SESSION_END_SEED, TURN_END, Event
 from ..mcp import McpStartError
-from ..runtime import Runtime, open_runtime
-from ..session.store import SessionStore
-from ..tools.base import Tool
 from ._approvals import ResumeHint, agent_tree, pending_calls, pending_line
 from ._render import StreamRenderer, event_line
 from ._setup import EXIT_AWAITING, EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError

@@ -26,10 +26,10 @@ from rich.console import Console
 from rich.text import Text
 
 from .. import invariants
-from ..agent import subagents
-from ..errors import SessionNotFoundError, StoreError
+from .._agent import subagents
+from .._errors import SessionNotFoundError, StoreError
+from .._session.store import SessionInfo, SessionStore
 from ..events import Event, event_to_json
-from ..session.store import SessionInfo, SessionStore
 from ._render import reason_text
 from ._setup import EXIT_FAILED, EXIT_OK, CliError, missing_local_store
 from ._terminal import json_visible, redact_url, visible

@@ -20,12 +20,12 @@ import attrs
 import yaml
 
 from .._compose import load_config
+from .._errors import ConfigError
+from .._session.store import SessionStore
+from .._tools.base import Tool
+from .._tools.loader import load_tool_ref
 from ..config import RuntimeConfig, load_settings_file
-from ..errors import ConfigError
-from ..session.store import SessionStore
-from ..stores.url import StoreUrlError, parse_store_url, store_from_url
-from ..tools.base import Tool
-from ..tools.loader import load_tool_ref
+from ..stores import StoreUrlError, parse_store_url, store_from_url
 
 __all__ = [
     "DEFAULT_STORE",
@@ -204,7 +204,7 @@ def missing_local_store(url: str) -> bool:
 
     Read-only verbs treat such a store as empty instead of creating it.
     """
-    from ..stores.url import parse_store_url
+    from ..stores import parse_store_url
 
     try:
         parsed = parse_store_url(url)

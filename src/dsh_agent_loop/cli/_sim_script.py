@@ -7,9 +7,8 @@ from collections.abc import Mapping
 from typing import Any, Final, final
 
 from .._frozen import FrozenDict
-from ..llm.base import ModelRequest
-from ..llm.scripted import Reply
-from ..tools.base import tool
+from .._tools.base import tool
+from ..llm import ModelRequest, Reply
 from ._render import message_text
 
 __all__ = ["REPLY_WORDS", "TEXT_REPLIES", "SimScript", "sim_tool"]

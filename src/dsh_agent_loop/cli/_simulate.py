@@ -57,14 +57,14 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import invariants
-from ..agent.handle import AgentHandle
-from ..agent.options import AgentOptions
+from .._agent.handle import AgentHandle
+from .._agent.options import AgentOptions
+from .._runtime import open_runtime
+from .._session.store import SessionStore
+from .._tools.base import Tool
 from ..config import RuntimeConfig
 from ..events import HOOK_TURN_STOPPING, STEP_END, STEP_START, TURN_END, Event
-from ..llm.scripted import ScriptedModel
-from ..runtime import open_runtime
-from ..session.store import SessionStore
-from ..tools.base import Tool
+from ..llm import ScriptedModel
 from ._setup import EXIT_FAILED, EXIT_OK
 from ._sim_script import SimScript, sim_tool
 from ._terminal import redact_url

@@ -26,13 +26,10 @@ from cattrs.errors import (
 )
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
+from .._errors import ConfigError
 from .._frozen import FrozenDict, freeze, thaw
-from ..errors import ConfigError
 from ..events import Event, event_from_dict, event_to_dict
-from ._faults import faults_of, raise_faults, render
-from ._keys import key_names, respell, snake
-from ._rules import Fault, Invalid, KeyPath, ProviderKind, Rule, kind_name
-from .agents import (
+from ._agents import (
     LIMITS_RULES,
     PERMISSIONS_RULES,
     PLUGIN_NAME,
@@ -47,11 +44,14 @@ from .agents import (
     resolve_path,
     subagent_faults,
 )
-from .document import FileShape, PluginEntry, RuntimeConfig
-from .mcp import mcp_faults
-from .providers import PROVIDER_CLASSES, PROVIDER_KEYS, ProviderConfig, provider_faults
-from .tools import ToolCatalog, tool_faults
-from .tracing import OtelConfig
+from ._document import FileShape, PluginEntry, RuntimeConfig
+from ._faults import faults_of, raise_faults, render
+from ._keys import key_names, respell, snake
+from ._mcp import mcp_faults
+from ._providers import PROVIDER_CLASSES, PROVIDER_KEYS, ProviderConfig, provider_faults
+from ._rules import Fault, Invalid, KeyPath, ProviderKind, Rule, kind_name
+from ._tools import ToolCatalog, tool_faults
+from ._tracing import OtelConfig
 
 __all__ = ["MAX_CONFIG_DEPTH", "check_nesting", "converter", "from_raw", "structure"]
 

@@ -18,7 +18,7 @@ from cattrs.errors import (
     IterableValidationNote,
 )
 
-from ..errors import ConfigError
+from .._errors import ConfigError
 from ._keys import allowed_keys, closest_key, key_names
 from ._rules import Fault, Invalid, KeyPath
 

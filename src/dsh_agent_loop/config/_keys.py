@@ -17,12 +17,12 @@ from typing import Any, Final
 
 import attrs
 
+from ._agents import AgentEntry, LoopConfig, SettingsLayer, SubagentEntry, TurnBudget
+from ._compaction import CompactionConfig
+from ._document import FileShape
+from ._providers import PROVIDER_CLASSES, PROVIDER_KEYS
 from ._rules import Invalid
-from .agents import AgentEntry, LoopConfig, SettingsLayer, SubagentEntry, TurnBudget
-from .compaction import CompactionConfig
-from .document import FileShape
-from .providers import PROVIDER_CLASSES, PROVIDER_KEYS
-from .tracing import OtelConfig
+from ._tracing import OtelConfig
 
 __all__ = ["allowed_keys", "camel", "closest_key", "key_names", "respell", "snake", "spelled"]
 

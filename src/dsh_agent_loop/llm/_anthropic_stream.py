@@ -11,8 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final, final
 
-from ._http import error_finish, error_message, token_count
-from .base import (
+from ._base import (
     BlockEnd,
     BlockStart,
     Chunk,
@@ -24,7 +23,8 @@ from .base import (
     Usage,
     UsageChunk,
 )
-from .sse import SSEEvent
+from ._http import error_finish, error_message, token_count
+from ._sse import SSEEvent
 
 __all__ = ["AnthropicStreamDecoder"]
 

@@ -13,8 +13,8 @@ import json
 import time
 from typing import Final
 
-from .openai import OpenAIStreamDecoder
-from .sse import SSEParser
+from ._openai import OpenAIStreamDecoder
+from ._sse import SSEParser
 
 __all__ = ["run_sse_bench"]
 

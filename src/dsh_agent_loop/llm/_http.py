@@ -38,10 +38,10 @@ import httpx
 import trio
 
 from .._frozen import json_default
+from ._base import Chunk, Failure, Finish, ModelRequest
 from ._reader import BodyReader, FrameDecoder
 from ._secrets import check_headers, read_api_key, redact
-from .base import Chunk, Failure, Finish, ModelRequest
-from .stream_limits import DEFAULT_STREAM_LIMITS, StreamLimits
+from ._stream_limits import DEFAULT_STREAM_LIMITS, StreamLimits
 
 __all__ = [
     "DEFAULT_TIMEOUT",

@@ -18,8 +18,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, final
 
-from ._http import error_finish, error_message, token_count
-from .base import (
+from ._base import (
     BlockEnd,
     BlockStart,
     Chunk,
@@ -31,11 +30,12 @@ from .base import (
     Usage,
     UsageChunk,
 )
-from .sse import SSEEvent
+from ._http import error_finish, error_message, token_count
+from ._sse import SSEEvent
 
 __all__ = ["OpenAIStreamDecoder"]
 
-_log: Final = logging.getLogger("dsh_agent_loop.llm.openai")
+_log: Final = logging.getLogger("dsh_agent_loop.llm._openai")
 
 _FINISH: Final[Mapping[str, FinishReason]] = {
     "stop": "stop",

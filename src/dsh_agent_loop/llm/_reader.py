@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Final, Protocol, final
 
-from .base import Chunk, Failure, Finish, ReasoningDelta, TextDelta, ToolCallDelta
-from .sse import SSEEvent, SSELimitError, SSEParser
-from .stream_limits import StreamLimits
+from ._base import Chunk, Failure, Finish, ReasoningDelta, TextDelta, ToolCallDelta
+from ._sse import SSEEvent, SSELimitError, SSEParser
+from ._stream_limits import StreamLimits
 
 __all__ = ["BodyReader", "FrameDecoder"]
 

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-from .base import Failure, ModelError
+from ._base import Failure, ModelError
 
 __all__ = ["REDACTED", "check_headers", "is_clean", "read_api_key", "redact", "secret_forms"]
 

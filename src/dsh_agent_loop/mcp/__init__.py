@@ -7,13 +7,13 @@ Importing this package does not import the MCP SDK; the SDK is imported when a s
 
 from __future__ import annotations
 
-from .connection import McpConnection as McpConnection
-from .connection import McpStartError as McpStartError
-from .results import tool_result as tool_result
-from .servers import McpServers as McpServers
-from .servers import McpServersStatistics as McpServersStatistics
-from .servers import open_mcp_servers as open_mcp_servers
-from .spec import McpServer as McpServer
+from ._connection import McpConnection as McpConnection
+from ._connection import McpStartError as McpStartError
+from ._results import tool_result as tool_result
+from ._servers import McpServers as McpServers
+from ._servers import McpServersStatistics as McpServersStatistics
+from ._servers import open_mcp_servers as open_mcp_servers
+from ._spec import McpServer as McpServer
 
 __all__ = [
     "McpConnection",

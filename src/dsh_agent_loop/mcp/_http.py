@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .spec import McpServer
+    from ._spec import McpServer
 
 __all__ = ["open_http"]
 

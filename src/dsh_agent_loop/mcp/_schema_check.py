@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, NoReturn, final
 
-from ..tools.base import ArgumentsError
+from .._tools.base import ArgumentsError
 
 __all__ = ["MAX_CHECK_STEPS", "SchemaCheck", "SchemaRefused", "compile_regexes", "cut", "shown"]
 

@@ -28,7 +28,7 @@ import trio
 from ._lines import LineSplitter, Oversized
 
 if TYPE_CHECKING:
-    from .spec import McpServer
+    from ._spec import McpServer
 
 __all__ = ["EXIT_GRACE", "KILL_GRACE", "open_stdio", "too_large"]
 

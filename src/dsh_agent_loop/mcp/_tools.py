@@ -24,8 +24,8 @@ from typing import Any, Final, final
 
 import attrs
 
-from ..limits import Limits
-from ..tools.base import ExecutionMode, Tool, ToolContext, ToolResult
+from .._limits import Limits
+from .._tools.base import ExecutionMode, Tool, ToolContext, ToolResult
 from ._schema import SchemaRefused, untrusted_validator
 from ._schema_check import shown
 

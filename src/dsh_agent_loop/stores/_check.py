@@ -13,7 +13,7 @@ from typing import Final
 
 import trio
 
-from ..errors import SequenceConflictError
+from .._errors import SequenceConflictError
 from ..events import Event
 
 __all__ = ["check_range", "new_suffix", "read_stored_and_staged", "stage"]

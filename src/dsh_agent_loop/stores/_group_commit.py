@@ -30,7 +30,7 @@ from typing import Final, Generic, TypeVar, final
 import attrs
 import trio
 
-from ..errors import StoreError
+from .._errors import StoreError
 from ._handles import Staging
 
 __all__ = ["RELEASE_BATCH", "Batches", "GroupCommit", "GroupRelease"]

@@ -20,7 +20,7 @@ from typing import Any, Final, Generic, Protocol, TypeVar, final
 import attrs
 import trio
 
-from ..errors import StoreError
+from .._errors import StoreError
 from ..events import Event
 from ._check import check_range, read_stored_and_staged, stage
 

@@ -22,8 +22,7 @@ from typing import Any, Final, final
 
 import attrs
 
-from .._frozen import freeze, thaw
-from ..errors import (
+from .._errors import (
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
     SessionNotFoundError,
@@ -31,8 +30,9 @@ from ..errors import (
     StoreCorruptError,
     StoreError,
 )
+from .._frozen import freeze, thaw
+from .._session.store import SessionInfo, info_from_events
 from ..events import Event
-from ..session.store import SessionInfo, info_from_events
 from ._rows import decode_event, escape_surrogates
 
 __all__ = [

@@ -21,7 +21,7 @@ from typing import Final, TypeVar, final
 import psycopg
 import trio
 
-from ..errors import StoreError
+from .._errors import StoreError
 from . import _postgres_sync as pg
 
 __all__ = ["POOL_SIZE", "Pool", "worth_retrying"]

@@ -22,15 +22,15 @@ import attrs
 import psycopg
 from psycopg.rows import TupleRow
 
-from ..errors import (
+from .._errors import (
     SequenceConflictError,
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
     SessionNotFoundError,
     SessionOwnershipLostError,
 )
+from .._session.store import SessionInfo
 from ..events import Event
-from ..session.store import SessionInfo
 from ._rows import (
     LOWEST_SEQ,
     decode_rows,

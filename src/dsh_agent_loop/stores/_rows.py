@@ -41,10 +41,10 @@ from typing import Any, Final
 
 import msgspec
 
+from .._errors import StoreCorruptError
 from .._frozen import FrozenDict, freeze, from_shape, json_default, shape, thaw
-from ..errors import StoreCorruptError
+from .._session.store import SessionInfo
 from ..events import TURN_END, Event, event_from_json, make_event
-from ..session.store import SessionInfo
 
 __all__ = [
     "LOWEST_SEQ",

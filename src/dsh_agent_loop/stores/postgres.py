@@ -51,10 +51,10 @@ from typing import Any, Final, Literal, final, overload
 import psycopg
 import trio
 
+from .._errors import SessionOwnershipLostError, StoreError
 from .._frozen import freeze
-from ..errors import SessionOwnershipLostError, StoreError
+from .._session.store import ReadHandle, SessionInfo, StoreStatistics, WriteHandle
 from ..events import Event
-from ..session.store import ReadHandle, SessionInfo, StoreStatistics, WriteHandle
 from . import _postgres_sync as pg
 from ._handles import RELEASE_GRACE, StagedWriteHandle, Staging, StoreReadHandle
 from ._postgres_pool import Pool, worth_retrying

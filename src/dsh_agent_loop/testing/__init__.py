@@ -11,12 +11,12 @@ with any release; tests of an application should use the ``Agent`` API.
 
 from __future__ import annotations
 
-from ..agent.agent import actor_of as actor_of
-from ..llm.scripted import Reply as Reply
-from ..llm.scripted import ScriptedModel as ScriptedModel
-from .explore import CancellationReport as CancellationReport
-from .explore import explore_cancellation as explore_cancellation
-from .explore import explore_cancellation_async as explore_cancellation_async
+from .._agent.agent import actor_of as actor_of
+from ..llm import Reply as Reply
+from ..llm import ScriptedModel as ScriptedModel
+from ._explore import CancellationReport as CancellationReport
+from ._explore import explore_cancellation as explore_cancellation
+from ._explore import explore_cancellation_async as explore_cancellation_async
 
 __all__ = [
     "CancellationReport",

@@ -13,13 +13,13 @@ import pytest
 import trio
 import trio.testing
 
-from dsh_agent_loop.errors import (
+from dsh_agent_loop._errors import (
     SequenceConflictError,
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
     StoreError,
 )
-from dsh_agent_loop.session.store import WriteHandle
+from dsh_agent_loop._session.store import WriteHandle
 from dsh_agent_loop.stores import SqliteStore
 from dsh_agent_loop.stores.sqlite import _claims
 from dsh_agent_loop.stores.sqlite import _sync as sql

@@ -15,7 +15,7 @@ import attrs
 import pytest
 import trio
 
-from dsh_agent_loop.errors import SequenceConflictError, SessionOwnershipLostError, StoreError
+from dsh_agent_loop._errors import SequenceConflictError, SessionOwnershipLostError, StoreError
 from dsh_agent_loop.events import Event
 from dsh_agent_loop.stores.sqlite import _checkpoint
 from dsh_agent_loop.stores.sqlite import _sync as sql

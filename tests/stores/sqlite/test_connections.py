@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import trio
 
-from dsh_agent_loop.errors import SessionOwnershipLostError, StoreError
+from dsh_agent_loop._errors import SessionOwnershipLostError, StoreError
 from dsh_agent_loop.stores import SqliteStore
 from dsh_agent_loop.stores.sqlite import _connections
 from dsh_agent_loop.stores.sqlite import _sync as sql

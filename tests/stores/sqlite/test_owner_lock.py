@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from dsh_agent_loop.errors import SessionAlreadyOwnedError
+from dsh_agent_loop._errors import SessionAlreadyOwnedError
 from dsh_agent_loop.events import event_to_json
 from dsh_agent_loop.stores import SqliteStore
 from dsh_agent_loop.stores.sqlite import _sync as sql

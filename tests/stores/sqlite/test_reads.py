@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from dsh_agent_loop.errors import StoreError
+from dsh_agent_loop._errors import StoreError
 from dsh_agent_loop.stores import SqliteStore
 from dsh_agent_loop.stores.sqlite import _reads
 from dsh_agent_loop.stores.sqlite._reads import ReadQueue

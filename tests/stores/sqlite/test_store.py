@@ -1,4 +1,4 @@
-"""``stores/sqlite/store.py``: ``SqliteStore`` beyond the shared contract (busy retries, seams)."""
+"""``stores/sqlite/_store.py``: ``SqliteStore`` beyond the shared contract (busy retries, seams)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trio
 
-from dsh_agent_loop.errors import SequenceConflictError, StoreError
+from dsh_agent_loop._errors import SequenceConflictError, StoreError
 from dsh_agent_loop.events import Event, event_to_json
 from dsh_agent_loop.stores import SqliteStore
 from dsh_agent_loop.stores.sqlite import _sync as _sqlite_sync

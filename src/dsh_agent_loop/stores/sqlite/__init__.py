@@ -10,7 +10,7 @@ alive, across PID namespaces), ``_sync`` (the schema and every transaction, trio
 
 from __future__ import annotations
 
-from .store import SqliteStore as SqliteStore
-from .store import SqliteStoreStatistics as SqliteStoreStatistics
+from ._store import SqliteStore as SqliteStore
+from ._store import SqliteStoreStatistics as SqliteStoreStatistics
 
 __all__ = ["SqliteStore", "SqliteStoreStatistics"]

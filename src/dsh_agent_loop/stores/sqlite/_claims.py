@@ -27,7 +27,7 @@ from typing import Any, Final, final
 import attrs
 import trio
 
-from ...errors import StoreError
+from ..._errors import StoreError
 from .._group_commit import Batches
 from .._handles import RELEASE_GRACE
 from . import _sync as sql

@@ -26,7 +26,7 @@ from typing import final
 
 import trio
 
-from ...errors import SessionOwnershipLostError, StoreError
+from ..._errors import SessionOwnershipLostError, StoreError
 from ...events import Event
 from .._group_commit import GroupCommit, GroupRelease
 from .._handles import Staging

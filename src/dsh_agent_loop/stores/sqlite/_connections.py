@@ -27,7 +27,7 @@ from typing import Final, Literal, TypeVar, final
 import attrs
 import trio
 
-from ...errors import StoreError
+from ..._errors import StoreError
 from .._threads import run_in_worker
 from . import _sync as sql
 from ._owner_lock import OwnerLock

@@ -44,15 +44,15 @@ from typing import Any, Final, Literal, final
 
 import attrs
 
-from ...errors import (
+from ..._errors import (
     SequenceConflictError,
     SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
     SessionNotFoundError,
     SessionOwnershipLostError,
 )
+from ..._session.store import SessionInfo
 from ...events import Event
-from ...session.store import SessionInfo
 from .._rows import (
     LOWEST_SEQ,
     decode_rows,
