@@ -139,6 +139,7 @@ def _run(
 ) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", **(env_extra or {}))
     env.pop("PYTEST_ADDOPTS", None)
+    env.pop("DSH_AGENT_STORE", None)  # the CLI's default store: the blocks say where they store
     return subprocess.run(
         args, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False
     )

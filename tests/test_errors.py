@@ -17,6 +17,7 @@ from dsh_agent_loop._errors import (
     AgentAlreadyExistsError,
     AgentClosedError,
     AgentLoopError,
+    ApprovalPendingError,
     ConfigError,
     InvalidOptionError,
     LimitExceededError,
@@ -37,6 +38,7 @@ CODES = {
     LimitExceededError: "LIMIT_EXCEEDED",
     AgentAlreadyExistsError: "AGENT_ALREADY_EXISTS",
     AgentClosedError: "AGENT_CLOSED",
+    ApprovalPendingError: "APPROVAL_PENDING",
     StoreError: "STORE_FAILED",
     SessionAlreadyExistsError: "SESSION_ALREADY_EXISTS",
     SessionNotFoundError: "SESSION_NOT_FOUND",
@@ -133,3 +135,5 @@ def test_turn_errors_carry_their_result_and_the_turns_own_code():
     assert isinstance(failed, TurnError)
     assert TurnBlockedError("blocked").result is None
     assert SubscriberOverflowError("behind", missed=7).missed == 7
+    assert ApprovalPendingError("waiting", call_ids=("c1", "c2")).call_ids == ("c1", "c2")
+    assert ApprovalPendingError("waiting").call_ids == ()

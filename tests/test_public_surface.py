@@ -28,6 +28,7 @@ PINNED = {
         "AgentOptions",
         "AgentScope",
         "AnthropicProvider",
+        "ApprovalPendingError",
         "ApprovalRequest",
         "Compacted",
         "CompactionError",

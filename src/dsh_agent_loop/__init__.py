@@ -34,6 +34,7 @@ from ._compose import load_config as load_config
 from ._errors import AgentAlreadyExistsError as AgentAlreadyExistsError
 from ._errors import AgentClosedError as AgentClosedError
 from ._errors import AgentLoopError as AgentLoopError
+from ._errors import ApprovalPendingError as ApprovalPendingError
 from ._errors import ConfigError as ConfigError
 from ._errors import InvalidOptionError as InvalidOptionError
 from ._errors import LimitExceededError as LimitExceededError
@@ -85,6 +86,7 @@ __all__ = [
     "AgentOptions",
     "AgentScope",
     "AnthropicProvider",
+    "ApprovalPendingError",
     "ApprovalRequest",
     "Compacted",
     "CompactionError",

@@ -6,6 +6,7 @@ __all__ = [
     "AgentAlreadyExistsError",
     "AgentClosedError",
     "AgentLoopError",
+    "ApprovalPendingError",
     "ConfigError",
     "InvalidOptionError",
     "LimitExceededError",
@@ -64,6 +65,22 @@ class AgentClosedError(AgentLoopError):
     """The agent is disposed (or being disposed): it takes no more messages."""
 
     code = "AGENT_CLOSED"
+
+
+class ApprovalPendingError(AgentLoopError):
+    """``run()`` refused a message that would wait behind tool calls waiting for a decision.
+
+    Nothing was queued. Decide the calls named by ``call_ids`` first (``approve``/``deny``), or
+    pass ``wait_for_approvals=True`` to queue the message behind them
+    (``docs/embedding.md#tool-approval``).
+    """
+
+    code = "APPROVAL_PENDING"
+
+    def __init__(self, message: str, *, call_ids: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.call_ids = call_ids
+        """The ids of the calls waiting for a decision, in model order."""
 
 
 class SubscriberOverflowError(AgentLoopError):

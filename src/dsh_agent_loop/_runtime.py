@@ -23,6 +23,7 @@ so the cancel scope that caused it catches it.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -84,7 +85,11 @@ _SUMMED = (
 @final
 @attrs.frozen
 class StartFailure:
-    """A declared agent that failed to start."""
+    """A declared agent, or an MCP server (``mcpServers.<name>``), that failed to start.
+
+    An agent whose tools come from a server that did not start is one too, its ``error`` the
+    server's ``McpStartError`` (``docs/mcp.md#a-server-that-does-not-start``).
+    """
 
     agent_id: str
     error: BaseException
@@ -223,6 +228,7 @@ class Runtime:
         for entry in self.config.agents:
             try:
                 options, setup = options_from_entry(entry)
+                options = self._with_mcp_tools(options)  # a server it needs failed: raises
                 if entry.resume_session_id is not None:
                     await self.agents.resume(entry.resume_session_id, options=options, setup=setup)
                 elif entry.session_id is not None:
@@ -262,6 +268,24 @@ class Runtime:
 
         for error in await mcp.start(self.add_tool, taken):
             self.start_failures.append(StartFailure(f"mcpServers.{error.server}", error))
+        for sub_id, (options, setup) in list(self.subagents.items()):
+            # A sub-agent that needs a failed server keeps its names; its creation is refused.
+            with contextlib.suppress(AgentLoopError):
+                self.subagents[sub_id] = (self._with_mcp_tools(options), setup)
+
+    def _with_mcp_tools(self, options: AgentOptions) -> AgentOptions:
+        """``options`` with ``<server>__*`` expanded (``docs/mcp.md#tools``).
+
+        Raises:
+            McpStartError: a server whose tools the agent needs did not start.
+            InvalidOptionError: a named MCP tool its server does not offer.
+        """
+        if self.mcp is None:
+            return options
+        names = self.mcp.agent_tools(options.tools)
+        if names == options.tools:
+            return options
+        return attrs.evolve(options, tools=names)  # type: ignore[arg-type]  # attrs plugin: optional(tuple) stays generic
 
     async def _dispose_agents(self) -> None:
         with trio.move_on_after(SHUTDOWN_TIMEOUT):

@@ -43,6 +43,7 @@ REQUEST_CONTEXT: Final = "request/context"
 INBOX_SPLICED: Final = "agent/inbox/spliced"
 SESSION_END_SEED: Final = "session/end-seed"
 PERMISSIONS_ALLOWED: Final = "permissions/allowed"
+CONTEXT_COMPACTION: Final = "context/compaction"
 
 DURABLE_TYPES: Final = frozenset(
     {
@@ -63,6 +64,7 @@ DURABLE_TYPES: Final = frozenset(
         INBOX_SPLICED,
         SESSION_END_SEED,
         PERMISSIONS_ALLOWED,
+        CONTEXT_COMPACTION,
     }
 )
 #: Types that may carry a ``surface_op`` (they are the model-facing surface).

@@ -20,6 +20,8 @@ It reports, as ``Violation`` records (an empty list means well formed):
   turn (its continuation), which must give it one;
 - ``permission``: a ``permissions/allowed`` whose ``rule`` is not a rule that parses
   (``_permission_rules.py``);
+- ``compaction``: a ``context/compaction`` record whose ``summary_seq`` is not the compaction
+  summary (a ``user/message`` with ``source: compaction``) replacing its ``start_seq..end_seq``;
 - ``request``: at a request point (each ``assistant/message`` / ``assistant/attempt``) the derived
   history is not a valid provider request — an assistant tool call not answered by tool results
   before the next user or assistant message, or a tool message without a preceding call.
@@ -122,6 +124,7 @@ class _Checker:
         self.carried: dict[str, int] = {}  # pending calls -> seq of their tool/call
         self.decided: set[str] = set()
         self.requests = _RequestScan()
+        self.summaries: dict[int, tuple[object, object]] = {}  # summary seq -> replaced range
 
     def add(self, kind: str, seq: int | None, message: str) -> None:
         self.out.append(Violation(kind, seq, message))
@@ -267,6 +270,26 @@ class _Checker:
         problem = rule_problem(event.data.get("rule"))
         if problem is not None:
             self.add("permission", event.seq, problem)
+
+    def _user_message(self, event: Event) -> None:
+        op = event.surface_op
+        message = event.data.get("message")
+        compaction = isinstance(message, Mapping) and message.get("source") == "compaction"
+        if compaction and isinstance(op, Mapping):
+            self.summaries[int(event.seq or 0)] = (op.get("start_seq"), op.get("end_seq"))
+
+    def _context_compaction(self, event: Event) -> None:
+        data = event.data
+        at = data.get("summary_seq")
+        if at is None:
+            return  # a summary call that failed: nothing was replaced
+        if self.summaries.get(at) != (data.get("start_seq"), data.get("end_seq")):
+            self.add(
+                "compaction",
+                event.seq,
+                f"context/compaction names no compaction summary at seq {at} replacing "
+                f"{data.get('start_seq')}..{data.get('end_seq')}",
+            )
 
     def _tool_result(self, event: Event) -> None:
         call_id = event.data["message"].get("call_id")

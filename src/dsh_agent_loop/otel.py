@@ -2,8 +2,8 @@
 
 Tracing is an observer of the hook bus, never a step of the turn machine: ``trace_runtime``
 registers ``on`` observers of ``session/event`` (every committed durable event, in log order),
-of ``agent/attempt-start`` (published only while someone listens) and of ``agent/disposed`` on
-the runtime's bus. A runtime without tracing registers nothing, so
+of ``agent/attempt-start`` and the inbox notifications (published only while someone listens)
+and of ``agent/disposed`` on the runtime's bus. A runtime without tracing registers nothing, so
 its agents pay nothing; importing ``dsh_agent_loop`` never imports this module (``open_runtime``
 imports it only when tracing is asked for), so a plain install needs no ``opentelemetry``.
 
@@ -14,7 +14,10 @@ retried attempt's span does not include the backoff before it) to its ``assistan
 reach observers only after their commit (an attempt's start is live, so it is kept by position
 until its end commits), so every span is started and ended with explicit timestamps taken from
 ``Event.time`` (the runtime's clock, mapped onto the epoch when it is not the wall clock) and an
-explicit parent context: no context variable crosses a trio task. The provider's
+explicit parent context: no context variable crosses a trio task. A turn's span is a child of the
+span that was active where its prompt was queued (``agent.run``, ``send``, ``followup``: the
+caller's task, where ``agent/inbox/inserted`` is published), so it joins the caller's trace;
+a prompt queued with no span active starts a trace of its own. The provider's
 ``response: {model?, id?}`` of an ``assistant/message`` becomes ``gen_ai.response.model`` and
 ``gen_ai.response.id``. A turn
 whose ``turn/end`` never commits (its agent was disposed after a store failure) has its spans
@@ -46,6 +49,9 @@ from .events import (
     ASSISTANT_ATTEMPT,
     ASSISTANT_MESSAGE,
     ATTEMPT_START,
+    INBOX_CLAIMED,
+    INBOX_DISCARDED,
+    INBOX_INSERTED,
     REQUEST_CONTEXT,
     REQUEST_HEADER,
     SESSION_EVENT,
@@ -180,6 +186,10 @@ class _Tracing:
         self._sessions: dict[str, _SessionTrace] = {}
         self._attempt_starts: dict[str, dict[tuple[int, int, int], int]] = {}
         """Agent id → (turn, step, attempt) → when that attempt began, until its span is made."""
+        self._callers: dict[tuple[str, str], otel_context.Context] = {}
+        """(agent id, message id) → the context a queued prompt was sent from, with a span."""
+        self._parents: dict[tuple[str, int], otel_context.Context] = {}
+        """(agent id, turn) → the caller's context of a prompt that turn claimed."""
         self._handlers: dict[str, Callable[[_SessionTrace, Event], None]] = {
             TURN_START: self._turn_start,
             TURN_END: self._turn_end,
@@ -222,9 +232,36 @@ class _Tracing:
             starts = self._attempt_starts[data["agent_id"]] = {}
         starts[data["turn"], data["step"], data["attempt"]] = self._ns(note)
 
+    def on_inbox_inserted(self, note: Event) -> None:
+        """``agent/inbox/inserted``, in the sender's task: keep its context if a span is active."""
+        caller = otel_context.get_current()
+        if trace.get_current_span(caller).get_span_context().is_valid:
+            self._callers[note.data["agent_id"], note.data["message"]["id"]] = caller
+
+    def on_inbox_claimed(self, note: Event) -> None:
+        """``agent/inbox/claimed``: the claiming turn's span will be a child of the sender's."""
+        agent_id = note.data["agent_id"]
+        caller = self._callers.pop((agent_id, note.data["message"]["id"]), None)
+        agent = self._rt.agents.get(agent_id)
+        if caller is None or agent is None:
+            return
+        state = actor_of(agent).log.state
+        if state.open_turn:  # claimed by a turn (a removal between turns is a claim too)
+            # as the turn starts: its turn/start is added and not yet committed, so not traced
+            self._parents[agent_id, state.turn] = caller
+
+    def on_inbox_discarded(self, note: Event) -> None:
+        """``agent/inbox/discarded``: a prompt no turn will claim."""
+        self._callers.pop((note.data["agent_id"], note.data["message"]["id"]), None)
+
     def on_agent_disposed(self, note: Event) -> None:
         """``agent/disposed``: end what the agent left open (a ``turn/end`` that never came)."""
-        self._attempt_starts.pop(note.data["agent_id"], None)
+        agent_id = note.data["agent_id"]
+        self._attempt_starts.pop(agent_id, None)
+        for caller in [k for k in self._callers if k[0] == agent_id]:
+            del self._callers[caller]
+        for parent in [k for k in self._parents if k[0] == agent_id]:
+            del self._parents[parent]
         session = self._sessions.pop(note.data["session_id"], None)
         if session is not None and session.turn is not None:
             self._close_turn(session.turn, None, "DISPOSED", "the agent was disposed mid-turn")
@@ -249,9 +286,11 @@ class _Tracing:
             "gen_ai.conversation.id": session.session_id,
         }
         self._model_attributes(session, attributes)
+        caller = self._parents.pop((session.agent_id, event.data["turn"]), None)
         span = self._tracer.start_span(
             f"invoke_agent {session.agent_id}",
-            context=otel_context.Context(),  # a root: the turn is not the caller's task
+            # the caller's span, captured where the prompt was queued; else a root
+            context=caller if caller is not None else otel_context.Context(),
             kind=SpanKind.INTERNAL,
             attributes=attributes,
             start_time=start,
@@ -260,6 +299,7 @@ class _Tracing:
 
     def _turn_end(self, session: _SessionTrace, event: Event) -> None:
         turn, session.turn = session.turn, None
+        self._parents.pop((session.agent_id, event.data["turn"]), None)  # a claim mid-turn
         starts = self._attempt_starts.get(session.agent_id)
         if starts:  # attempts cancelled before they recorded anything
             number = event.data["turn"]
@@ -481,6 +521,9 @@ def trace_runtime(
         rt.hooks.on(SESSION_EVENT, tracing.on_session_event),
         rt.hooks.on(ATTEMPT_START, tracing.on_attempt_start),
         rt.hooks.on(AGENT_DISPOSED, tracing.on_agent_disposed),
+        rt.hooks.on(INBOX_INSERTED, tracing.on_inbox_inserted),
+        rt.hooks.on(INBOX_CLAIMED, tracing.on_inbox_claimed),
+        rt.hooks.on(INBOX_DISCARDED, tracing.on_inbox_discarded),
     )
 
     def dispose() -> None:

@@ -188,8 +188,12 @@ async def test_a_listener_that_does_not_call_next_stops_the_default_policy(autoj
 
 async def test_no_adapter_is_an_attempt_failure_and_users_are_still_recorded(autojump_clock):
     frames = []
-    options = AgentOptions(id="main", provider="nowhere", model="m")
-    async with harness([], options=options) as h:
+
+    async def unrouted(payload, next):  # create() refuses an unregistered provider
+        return await next({**payload, "config": {**payload["config"], "provider": "nowhere"}})
+
+    async with harness([]) as h:
+        h.rt.hooks.waterfall("agent/request", unrouted)
         h.rt.hooks.on("agent/assistant-stream", frames.append)
         await h.run("hello?")
         assert h.types() == [
@@ -279,8 +283,11 @@ async def test_an_attempt_failure_before_streaming_is_offered_to_the_hook(autoju
         h.rt.router.register("late", late)
         return Retry(0)
 
-    options = AgentOptions(id="main", provider="late", model="m")
-    async with harness([], options=options) as h:
+    async def to_late(payload, next):  # create() refuses an unregistered provider
+        return await next({**payload, "config": {**payload["config"], "provider": "late"}})
+
+    async with harness([]) as h:
+        h.rt.hooks.waterfall("agent/request", to_late)
         h.rt.hooks.waterfall("agent/request-error", register_and_retry)
         await h.run("go")
         assert offered == ["NO_ADAPTER"]

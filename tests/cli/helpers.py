@@ -32,8 +32,9 @@ PG_ENV = "DSH_TEST_POSTGRES_DSN"
 
 
 def environment(cwd: Path, **extra: str) -> dict[str, str]:
-    """The process environment: a private settings dir, no colour, a fixed width."""
-    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+    """The process environment: private settings, no store variable, no colour, 100 columns."""
+    unset = ("NO_COLOR", "FORCE_COLOR", "DSH_AGENT_STORE")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     env.update(XDG_CONFIG_HOME=str(cwd / ".xdg"), COLUMNS="100", PYTHONUNBUFFERED="1")
     env.update(extra)
     return env

@@ -92,11 +92,13 @@ def test_run_lists_each_waiting_call_and_exits_3(tmp_path: Path, config: str) ->
     (session_id,) = sessions(tmp_path)
     how = f"decide with: dsh-agent chat run.yaml --resume {session_id}"
     write, command = _waiting_lines(done.stderr)
+    decide = f"dsh-agent approve {session_id} call-1 --config run.yaml"
     assert write == (
-        f'main: write_file {{"path": "out.txt", "content": "hi"}} is waiting for approval; {how}'
+        f'main: write_file {{"path": "out.txt", "content": "hi"}} is waiting for approval; {how};'
+        f" or approve with: {decide} (or deny with: {decide.replace('approve', 'deny')})"
     )
     assert command.startswith(f'main: run_command {{"command": "{LONG}"')  # whole, one line
-    assert command.endswith(how)
+    assert f"; {how}; or approve with: dsh-agent approve {session_id} call-2 " in command
     assert not (tmp_path / "out.txt").exists()
     assert not (tmp_path / "HIDDEN").exists()
     # The printed command asks about them: the first runs, the second is refused. (The new
@@ -187,7 +189,7 @@ def test_a_sub_agents_waiting_call_is_listed_and_chat_on_the_parent_asks(tmp_pat
     assert line.startswith(
         'main.helper: write_file {"path": "out.txt", "content": "from the child"}'
     )
-    assert line.endswith(f"decide with: dsh-agent chat run.yaml --resume {parent}")
+    assert f"decide with: dsh-agent chat run.yaml --resume {parent}; or approve with:" in line
     decided = cli("chat", "run.yaml", "--resume", parent, cwd=tmp_path, stdin="y\n/exit\n")
     assert decided.returncode == 0, decided.stderr
     assert "main.helper asks to run write_file:" in decided.stdout

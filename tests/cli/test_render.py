@@ -1,4 +1,4 @@
-"""Log rendering for the CLI (``cli/_render.py``): snippets, reasons and one line per event."""
+"""Rendering for the CLI (``cli/_render.py``): snippets, reasons, streams and panels."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from dsh_agent_loop._frozen import FrozenDict
 from dsh_agent_loop.cli._render import (
     SNIPPET,
     StreamRenderer,
-    describe,
-    event_line,
     message_text,
     reason_text,
     snippet,
     store_failure_line,
 )
+from dsh_agent_loop.cli._terminal import visible
+from dsh_agent_loop.cli._transcript import plain_line
 from dsh_agent_loop.events import (
     AGENT_ERROR,
     ASSISTANT_STREAM,
@@ -65,112 +65,6 @@ def test_message_text_joins_blocks_of_the_asked_kinds():
 )
 def test_reason_text(reason, short):
     assert reason_text(reason) == short
-
-
-@pytest.mark.parametrize(
-    ("event", "detail"),
-    [
-        (Event("turn/start", 0, 0.0, {"turn": 2}), "turn 2"),
-        (Event("step/start", 1, 0.0, {"turn": 2, "step": 3}), "turn 2 step 3"),
-        (
-            Event("turn/end", 2, 0.0, {"turn": 2, "reason": {"kind": "completed"}}),
-            "turn 2  completed",
-        ),
-        (
-            Event("user/message", 3, 0.0, {"message": {"content": [text("hi")], "source": "cli"}}),
-            '"hi"  (cli)',
-        ),
-        (
-            Event(
-                "system/message",
-                4,
-                0.0,
-                {"message": {"content": []}},
-                surface_op={"op": "replace", "start_seq": 1, "end_seq": 2},
-            ),
-            "(empty)  replaces 1..2",
-        ),
-        (
-            Event(
-                "assistant/message",
-                5,
-                0.0,
-                {
-                    "message": {
-                        "content": [
-                            {"type": "reasoning", "text": "hmm"},
-                            text("ok"),
-                            {"type": "tool-call", "name": "read"},
-                            {"type": "tool-call", "name": "write"},
-                        ]
-                    },
-                    "stream": {"finish": "max-tokens"},
-                    "interrupted": True,
-                },
-            ),
-            'reasoning 3 chars  "ok"  calls read, write  finish max-tokens  INTERRUPTED',
-        ),
-        (Event("assistant/message", 6, 0.0, {"message": {"content": []}}), "(empty)"),
-        (
-            Event(
-                "assistant/attempt",
-                7,
-                0.0,
-                {"failure": {"code": "TIMEOUT", "message": "slow\nserver"}},
-            ),
-            "TIMEOUT: slow server",
-        ),
-        (Event("tool/call", 8, 0.0, {"name": "read", "arguments": '{"p": 1}'}), 'read {"p": 1}'),
-        (
-            Event(
-                "tool/result",
-                9,
-                0.0,
-                {"message": {"name": "read", "content": [text("no")]}, "error": {"code": "DENIED"}},
-            ),
-            'read  DENIED: "no"',
-        ),
-        (
-            Event(
-                "agent/inbox/spliced",
-                10,
-                0.0,
-                {
-                    "target": "next-turn",
-                    "start": 0,
-                    "removed_count": 1,
-                    "inserted": [{"content": [text("a")]}, {"content": [text("b")]}],
-                },
-            ),
-            'next-turn  +2 "a | b"  -1 claimed',
-        ),
-        (
-            Event(
-                "request/header",
-                11,
-                0.0,
-                {
-                    "reason": "initial",
-                    "header": {"config": {"provider": "p", "model": "m"}, "tools": [{}, {}]},
-                },
-            ),
-            "initial  p/m  2 tools",
-        ),
-        (Event("request/context", 12, 0.0, {"provider": "p", "model": "m"}), "p/m"),
-        (Event("session/end-seed", 13, 0.0, {"inherited": True}), "inherited"),
-        (Event("future/x", 14, 0.0, {"k": [1]}, ignorable=True), '{"k": [1]}'),
-    ],
-)
-def test_describe_each_event_type(event, detail):
-    assert describe(event) == detail
-
-
-def test_event_line_pads_seq_and_type_and_strips_trailing_space():
-    assert event_line(Event("turn/start", 3, 0.0, {"turn": 1})) == (
-        f"    3  {'turn/start':<20}  turn 1"
-    )
-    seed = event_line(Event("session/end-seed", None, 0.0, {}))
-    assert seed == "    -  session/end-seed"
 
 
 HOSTILE = "a\x1b[2Jb\x1b]52;c;Zm9v\x07c\x9bd\u202ee"
@@ -248,10 +142,10 @@ def test_a_store_failure_is_one_line_and_is_kept(code: str, words: str) -> None:
 
 def test_event_lines_show_control_characters() -> None:
     event = Event("x/custom", 4, 0.0, {"text": HOSTILE})
-    line = event_line(event)
+    line = visible(plain_line(4, event))  # as ``sessions show`` and ``run`` print it
     assert _raw_controls(line) == []
     assert "\\u001b[2J" in line  # JSON-quoted C0
-    assert "\\x9bd\\u202ee" in line
+    assert "\\u009bd\\u202ee" in line  # JSON-quoted C1 and bidi
 
 
 def test_a_tool_call_panel_shows_the_whole_arguments_wrapped() -> None:

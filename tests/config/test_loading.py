@@ -144,7 +144,8 @@ REJECTIONS: list[tuple[str, dict[str, Any], str]] = [
         "unknown top-level key",
         {"plugin": []},
         "plugin: unknown key (did you mean 'plugins'? allowed: plugins, store, providers, "
-        "mcpServers)",
+        "mcpServers, maxParallelToolCalls, persona, turnBudget, tools, agents, subagents, otel, "
+        "compaction, limits, permissions, sandbox)",
     ),
     (
         "bad store URL",

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import trio
 
-from dsh_agent_loop import AgentLoopError, AgentOptions, MemoryStore, Reply
+from dsh_agent_loop import AgentLoopError, AgentOptions, MemoryStore, Reply, ScriptedModel
 
 from ._kit import (
     LIMIT,
@@ -227,7 +227,8 @@ async def test_session_created_veto(autojump_clock: trio.testing.MockClock) -> N
     """A raising ``session/created`` listener vetoes: create raises, nothing is left behind."""
     store = MemoryStore()
     with trio.fail_after(LIMIT):
-        async with open_pair(None, store=store) as pair:
+        # a victim model: create() refuses a provider nobody registered
+        async with open_pair(ScriptedModel([]), store=store) as pair:
             pair.bystander.agent.followup("go")
             dispose = pair.rt.hooks.on("session/created", raise_boom)
             with pytest.raises((HookBoom, AgentLoopError)) as info:

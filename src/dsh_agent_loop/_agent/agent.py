@@ -182,10 +182,13 @@ class Agent:
         output_type: Any = None,
         output_retries: int = 2,
         message_id: str | None = None,
+        wait_for_approvals: bool = False,
     ) -> TurnResult:
         """Queue ``message`` next-turn and return the result of the turn that claims it.
 
         Raises:
+            ApprovalPendingError: tool calls wait for a decision, so the message would wait
+                behind them; nothing was queued (``wait_for_approvals=True`` queues it anyway).
             AgentClosedError: the agent is disposed (or was, before the message ran).
             TurnFailedError: the turn ended ``error``.
             TurnBlockedError: the turn ended ``blocked``.
@@ -197,6 +200,7 @@ class Agent:
             output_type=output_type,
             output_retries=output_retries,
             message_id=message_id,
+            wait_for_approvals=wait_for_approvals,
         )
 
     def run_stream(
@@ -206,10 +210,12 @@ class Agent:
         output_type: Any = None,
         output_retries: int = 2,
         message_id: str | None = None,
+        wait_for_approvals: bool = False,
     ) -> AbstractAsyncContextManager[calls.RunStream]:
         """Queue ``message`` next-turn and stream the turn that claims it (``RunStream``).
 
         Leaving the block before the turn ended cancels it as a cancelled ``run()`` would.
+        Entering raises ``ApprovalPendingError`` as ``run()`` does.
         """
         return calls.run_stream(
             self._actor,
@@ -217,6 +223,7 @@ class Agent:
             output_type=output_type,
             output_retries=output_retries,
             message_id=message_id,
+            wait_for_approvals=wait_for_approvals,
         )
 
     # -- approvals (_agent/approvals.py) ------------------------------------------------------

@@ -19,6 +19,12 @@ the messages queued behind it run next. Either way the caller waits, shielded an
 (``CALL_CANCEL_TIMEOUT``), until the ``turn/end`` is stored; only then does ``Cancelled``
 propagate, so when ``run()`` is over the log says how its turn ended.
 
+While tool calls of the agent wait for a decision no turn starts (docs/design.md#approvals), so
+a message queued then would wait silently, maybe forever: ``run()`` and ``run_stream()`` refuse
+it with ``ApprovalPendingError`` naming the calls, before anything is queued, unless the caller
+passes ``wait_for_approvals=True``. Calls decided already (their continuation due) hold nothing
+up: the message runs after the continuation.
+
 A stream is one more subscriber of the agent, with an unbounded buffer that admits only its own
 turn's events and frames (filtered as they are delivered): a slow reader loses nothing, and the
 agent never waits for it. An agent with no stream open pays nothing (``subscribe``'s list is
@@ -34,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 import trio
 
-from .._errors import AgentClosedError, StoreError
+from .._errors import AgentClosedError, ApprovalPendingError, StoreError
 from .._session.projections import NEXT_TURN
 from ..events import ASSISTANT_STREAM, INBOX_SPLICED, TURN_END, TURN_START, Event
 from ._turn_context import TurnContext
@@ -219,10 +225,40 @@ class Calls:
                 call.end()  # removed from the inbox: no turn will run it
 
 
+def _refuse_behind_approvals(agent: Caller) -> None:
+    """Raise ``ApprovalPendingError`` when calls of ``agent`` wait for a decision.
+
+    Raises:
+        ApprovalPendingError: the message would wait behind them (nothing is queued).
+    """
+    if agent.closed:
+        return  # followup raises AgentClosedError, as for any message
+    waiting = agent.pending_approvals()
+    if waiting:
+        ids = tuple(request.call_id for request in waiting)
+        listed = ", ".join(f"{r.call_id} ({r.name})" for r in waiting)
+        raise ApprovalPendingError(
+            f"agent {agent.id!r} has tool calls waiting for approval: {listed}; decide them"
+            " (approve/deny) first, or pass wait_for_approvals=True to queue the message"
+            " behind them",
+            call_ids=ids,
+        )
+
+
 def _start(
-    agent: Caller, message: MessageInput, output: tuple[Any, int] | None, message_id: str | None
+    agent: Caller,
+    message: MessageInput,
+    output: tuple[Any, int] | None,
+    message_id: str | None,
+    wait_for_approvals: bool,
 ) -> _Call:
-    """Queue ``message`` and follow it (synchronously: no turn can claim it before that)."""
+    """Queue ``message`` and follow it (synchronously: no turn can claim it before that).
+
+    Raises:
+        ApprovalPendingError: calls wait for a decision and ``wait_for_approvals`` is False.
+    """
+    if not wait_for_approvals:
+        _refuse_behind_approvals(agent)
     calls = Calls.of(agent)
     if output is not None:
         # registered first, so that a type without a schema raises before anything is queued
@@ -305,17 +341,20 @@ async def run(
     output_type: Any = None,
     output_retries: int = 2,
     message_id: str | None = None,
+    wait_for_approvals: bool = False,
 ) -> TurnResult:
     """Queue ``message`` next-turn and return the result of the turn that claims it.
 
     Raises:
+        ApprovalPendingError: tool calls wait for a decision (nothing was queued); with
+            ``wait_for_approvals`` the message is queued behind them instead.
         AgentClosedError: the agent is disposed (or was, before the message ran).
         TurnFailedError: the turn ended ``error``.
         TurnBlockedError: the turn ended ``blocked``.
         TurnAbortedError: the turn was aborted by another cause than this caller's cancel.
     """
     output = None if output_type is None else (output_type, output_retries)
-    call = _start(agent, message, output, message_id)
+    call = _start(agent, message, output, message_id, wait_for_approvals)
     return await _settle(agent, call)
 
 
@@ -412,13 +451,17 @@ async def run_stream(
     output_type: Any = None,
     output_retries: int = 2,
     message_id: str | None = None,
+    wait_for_approvals: bool = False,
 ) -> AsyncIterator[RunStream]:
     """Queue ``message`` next-turn and stream the turn that claims it (see ``RunStream``).
 
     Leaving the block before the turn ended cancels it as a cancelled ``run()`` would.
+
+    Raises:
+        ApprovalPendingError: on entering, as ``run()`` (nothing was queued).
     """
     output = None if output_type is None else (output_type, output_retries)
-    call = _start(agent, message, output, message_id)
+    call = _start(agent, message, output, message_id, wait_for_approvals)
     send, recv = trio.open_memory_channel[Event](math.inf)
     subscriber = Subscriber(send, None, math.inf, accept=call.accepts)
     stream = call.stream = Subscription(recv, subscriber)

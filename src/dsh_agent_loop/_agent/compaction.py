@@ -4,8 +4,13 @@ Before a step whose estimated input reaches the policy's trigger, the surface af
 before the kept turns (never splitting a tool call from its result) is summarised and replaced
 by one ``user/message`` with ``source: compaction``; the replacement moves the surface
 generation, so the next request starts a new series (docs/design.md#request-series). Nothing is
-appended until the
-summary is in hand: a cancel during the summary call leaves the log as it was.
+appended until the summary is in hand: a cancel during the summary call leaves the log as it was.
+
+Every compaction that got as far as a summary leaves a ``context/compaction`` record right after
+it (docs/design.md#context-and-compaction): the replaced range, the estimated tokens before and
+after, and the summary call's route and usage, so the log holds every model call the runtime
+made and what it cost. A summary call that failed leaves the record too, with its ``failure``
+and no summary. The record is ``ignorable``: a reader that predates it skips it.
 """
 
 from __future__ import annotations
@@ -17,16 +22,18 @@ import attrs
 import trio
 
 from .._errors import AgentClosedError, AgentLoopError, InvalidOptionError
-from .._frozen import FrozenDict
+from .._frozen import FrozenDict, freeze
 from ..events import (
     AGENT_ERROR,
     CONTEXT_COMPACTED,
+    CONTEXT_COMPACTION,
     SYSTEM_MESSAGE,
     TURN_START,
     USER_MESSAGE,
     Event,
+    make_event,
 )
-from ..llm import Finish, ModelError, TextDelta, make_request
+from ..llm import Finish, ModelError, TextDelta, Usage, UsageChunk, make_request
 from .context import CHARS_PER_TOKEN, append_replacement, closed_end, count_tokens
 from .inbox import user_message
 from .options import CompactionPolicy
@@ -40,6 +47,7 @@ __all__ = [
     "SUMMARY_PROMPT",
     "Compacted",
     "CompactionError",
+    "SummaryCall",
     "after_overflow",
     "before_request",
     "compact",
@@ -162,10 +170,37 @@ async def _route(agent: TurnContext) -> PreparedCall:
         raise CompactionError(f"no route for the summary: {exc.failure.message}") from None
 
 
+@final
+@attrs.define
+class SummaryCall:
+    """The route and usage of one default summary call, filled in as the call goes."""
+
+    provider: str | None = None
+    model: str | None = None
+    usage: Usage | None = None
+    made: bool = False
+    """Whether the call was sent (a route was found)."""
+
+    def to_data(self) -> dict[str, Any]:
+        """``{provider?, model?, usage?}`` for the ``context/compaction`` record."""
+        out: dict[str, Any] = {"provider": self.provider, "model": self.model}
+        out = {k: v for k, v in out.items() if v is not None}
+        if self.usage is not None:
+            out["usage"] = self.usage.to_data()
+        return out
+
+
 async def default_summary(
-    agent: TurnContext, messages: Sequence[Mapping[str, Any]], instructions: str | None
+    agent: TurnContext,
+    messages: Sequence[Mapping[str, Any]],
+    instructions: str | None,
+    call: SummaryCall | None = None,
 ) -> str:
-    """One model call on the agent's own route that summarises ``messages``."""
+    """One model call on the agent's own route that summarises ``messages``.
+
+    ``call``, when given, receives the route and the usage the provider reported.
+    """
+    call = call if call is not None else SummaryCall()
     prepared = await _route(agent)
     window = prepared.context_window
     limit = int(window * TRANSCRIPT_SHARE * CHARS_PER_TOKEN) if window else None
@@ -181,11 +216,16 @@ async def default_summary(
         (),
     )
     parts: list[str] = []
+    call.provider = _text(prepared.config.get("provider"))
+    call.model = _text(prepared.config.get("model"))
+    call.made = True
     stream = prepared.stream_fn(request)
     try:
         async for chunk in stream:
             if type(chunk) is TextDelta:
                 parts.append(chunk.text)
+            elif type(chunk) is UsageChunk:
+                call.usage = chunk.usage
             elif type(chunk) is Finish and chunk.reason in ("error", "aborted"):
                 failure = chunk.failure
                 raise CompactionError(
@@ -199,6 +239,10 @@ async def default_summary(
             with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
                 await aclose()
     return "".join(parts)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 @final
@@ -242,27 +286,21 @@ async def compact(
     covered = [e.data["message"] for e in entries[i : j + 1] if not _is_empty_system(e)]
     before = count_tokens(agent, policy, pending, schemas)
     asked = instructions if instructions is not None else policy.instructions
-    if policy.summarizer is not None:
-        try:
-            text = await policy.summarizer(covered, asked)
-        except CompactionError:
-            raise
-        except Exception as exc:
-            raise CompactionError(f"the summarizer raised {type(exc).__name__}: {exc}") from exc
-    else:
-        text = await default_summary(agent, covered, asked)
-    if not isinstance(text, str) or not text.strip():
-        raise CompactionError("the summary is empty")
-    next_id = f"m-{agent.log.inbox.max_id + 1}"
-    data = FrozenDict(
-        message=user_message(next_id, SUMMARY_HEADER + text.strip(), source=COMPACTION_SOURCE)
-    )
+    call = SummaryCall() if policy.summarizer is None else None
+    record: dict[str, Any] = {"start_seq": start_seq, "end_seq": end_seq, "tokens_before": before}
     try:
-        event = append_replacement(agent, start_seq, end_seq, USER_MESSAGE, data)
-    except InvalidOptionError as exc:  # the surface moved during the summary call
-        raise CompactionError(f"the history changed during compaction: {exc}") from None
+        event = await _summarise(agent, policy, covered, asked, call, start_seq, end_seq)
+    except CompactionError as exc:
+        if call is not None and call.made:  # the call cost tokens: the log says so
+            failure = {"code": exc.code, "message": str(exc)}
+            _record(agent, {**record, "call": call.to_data(), "failure": failure})
+        raise
     after = count_tokens(agent, policy, pending, schemas)
     result = Compacted(start_seq, end_seq, before, after, int(event.seq or 0))
+    record.update(summary_seq=result.seq, tokens_after=after)
+    if call is not None:
+        record["call"] = call.to_data()
+    _record(agent, record)
     agent.notify(
         CONTEXT_COMPACTED,
         {
@@ -274,6 +312,43 @@ async def compact(
         },
     )
     return result
+
+
+async def _summarise(
+    agent: TurnContext,
+    policy: CompactionPolicy,
+    covered: Sequence[Mapping[str, Any]],
+    asked: str | None,
+    call: SummaryCall | None,
+    start_seq: int,
+    end_seq: int,
+) -> Event:
+    """Make the summary and append it over ``start_seq..end_seq``; the summary event."""
+    if policy.summarizer is not None:
+        try:
+            text = await policy.summarizer(covered, asked)
+        except CompactionError:
+            raise
+        except Exception as exc:
+            raise CompactionError(f"the summarizer raised {type(exc).__name__}: {exc}") from exc
+    else:
+        text = await default_summary(agent, covered, asked, call)
+    if not isinstance(text, str) or not text.strip():
+        raise CompactionError("the summary is empty")
+    next_id = f"m-{agent.log.inbox.max_id + 1}"
+    data = FrozenDict(
+        message=user_message(next_id, SUMMARY_HEADER + text.strip(), source=COMPACTION_SOURCE)
+    )
+    try:
+        return append_replacement(agent, start_seq, end_seq, USER_MESSAGE, data)
+    except InvalidOptionError as exc:  # the surface moved during the summary call
+        raise CompactionError(f"the history changed during compaction: {exc}") from None
+
+
+def _record(agent: TurnContext, data: Mapping[str, Any]) -> None:
+    """Append the ``context/compaction`` record (ignorable: older readers skip it)."""
+    frozen: FrozenDict = freeze(data)
+    agent.log.append(make_event(CONTEXT_COMPACTION, None, 0.0, frozen, ignorable=True))
 
 
 async def before_request(

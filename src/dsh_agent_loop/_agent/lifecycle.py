@@ -55,7 +55,7 @@ from . import approvals
 from ._stamps import Stamps, uuid4_text
 from .agent import Agent, actor_of
 from .handle import AgentHandle, QuietTeardown, Teardown
-from .options import AgentOptions
+from .options import AgentOptions, check_provider
 from .remember import HEADER_OPTIONS, header_options, remembered_options
 from .services import AgentScope, Services
 from .step_inputs import check_tools
@@ -209,13 +209,15 @@ class Agents:
         """Create an agent on a new session (see the module docstring for the transaction).
 
         Raises:
-            InvalidOptionError: bad options. AgentAlreadyExistsError: the id is live.
+            InvalidOptionError: bad options, or a provider nobody registered.
+            AgentAlreadyExistsError: the id is live.
             SessionAlreadyExistsError: the session id is taken. Anything ``setup`` or a
             ``session/created`` listener raised (the creation is rolled back).
         """
         if options is None:
             raise TypeError("create() needs options=AgentOptions(id=...)")
         options.validate()
+        check_provider(options, self._services.router.names)
         parent = parent_agent or self._initiator
         frozen = self._new_header(session_id, options, parent)
         with self._reserve(options.id):

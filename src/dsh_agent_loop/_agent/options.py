@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from typing import Any, final
 
 import attrs
@@ -12,7 +12,7 @@ from .._limits import TurnBudget as TurnBudget
 from .._permissions import Permissions
 from .._sandbox import Sandbox
 
-__all__ = ["AgentOptions", "CompactionPolicy", "TurnBudget"]
+__all__ = ["AgentOptions", "CompactionPolicy", "TurnBudget", "check_provider"]
 
 #: ``summarizer(messages, instructions) -> summary text``.
 Summarizer = Callable[[Sequence[Any], "str | None"], Awaitable[str]]
@@ -126,3 +126,17 @@ class AgentOptions:
                     raise InvalidOptionError(f"turn_budget.{name} must be positive, got {value!r}")
         if self.compaction is not None:
             self.compaction.validate()
+
+
+def check_provider(options: AgentOptions, known: Collection[str]) -> None:
+    """Refuse a provider nobody registered when the agent is created, not at its first call.
+
+    Raises:
+        InvalidOptionError: ``options.provider`` is set and not one of ``known``.
+    """
+    provider = options.provider
+    if provider is not None and provider not in known:
+        names = ", ".join(sorted(known)) if known else "none registered"
+        raise InvalidOptionError(
+            f"agent {options.id!r}: unknown provider {provider!r} (known: {names})"
+        )

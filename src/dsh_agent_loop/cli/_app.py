@@ -36,11 +36,12 @@ from .._errors import ConfigError
 from ..config import RuntimeConfig
 from ..stores import parse_store_url
 from ._approvals import MODES_TEXT, ResumeHint, permission_mode, with_permission_mode
+from ._decide import add_decide_verbs
 from ._setup import (
-    DEFAULT_STORE,
     EXIT_FAILED,
     EXIT_USAGE,
     CliError,
+    StoredAt,
     config_path,
     config_store_url,
     load_cli_config,
@@ -52,6 +53,7 @@ from ._setup import (
     with_session,
 )
 from ._terminal import TerminalGuard, redact, visible
+from ._trace import TRACE_CHOICES, start_tracing
 
 __all__ = ["build_parser", "main"]
 
@@ -104,7 +106,8 @@ def _common() -> argparse.ArgumentParser:
         metavar="URL",
         default=argparse.SUPPRESS,
         help="session store: memory:, sqlite:///PATH, jsonl:///DIR or postgresql://... "
-        "(default: the config's store, else sqlite:///sessions.db)",
+        "(default: the config's store, else $DSH_AGENT_STORE, else the settings file's store, "
+        "else sqlite:///sessions.db)",
     )
     group.add_argument(
         "--config", metavar="PATH", default=argparse.SUPPRESS, help="config file (YAML)"
@@ -125,6 +128,15 @@ def _add_tool_option(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="MODULE:ATTR",
         help="add the tools MODULE:ATTR names (a @tool function, a Tool, or a list); repeatable",
+    )
+
+
+def _add_trace_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--trace",
+        choices=TRACE_CHOICES,
+        help="trace the turns (as the config's otel: true) and print each span on stderr as"
+        " one JSON line; with OTEL_EXPORTER_OTLP_ENDPOINT set, spans also go there",
     )
 
 
@@ -161,6 +173,7 @@ def _add_run(verbs: Any, common: argparse.ArgumentParser) -> None:
     which.add_argument("--resume", metavar="ID", help="continue the stored session ID")
     _add_tool_option(run)
     _add_permission_mode(run)
+    _add_trace_option(run)
     run.set_defaults(handler=_run_verb)
 
 
@@ -179,6 +192,7 @@ def _add_chat(verbs: Any, common: argparse.ArgumentParser) -> None:
     chat.add_argument("--resume", metavar="ID", help="continue the stored session ID")
     _add_tool_option(chat)
     _add_permission_mode(chat)
+    _add_trace_option(chat)
     chat.set_defaults(handler=_chat_verb)
 
 
@@ -266,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True, parser_class=_Parser)
-    for add in (_add_run, _add_chat, _add_sessions, _add_simulate, _add_bench):
+    for add in (_add_run, _add_chat, _add_sessions, _add_simulate, _add_bench, add_decide_verbs):
         add(verbs, common)
     return parser
 
@@ -304,6 +318,7 @@ def _run_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
     guard.add_store_url(url)
     store = make_store(url)
     console, errors = _consoles(guard)
+    config = start_tracing(config, args.trace, errors, guard.clean)
     hint = ResumeHint(
         config=path,
         first_agent=config.agents[0].id,
@@ -325,6 +340,7 @@ def _run_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
             tools=tools,
             url=url,
             hint=hint,
+            stored=StoredAt(url),
         )
     )
 
@@ -350,6 +366,7 @@ def _chat_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
     guard.add_store_url(url)
     store = make_store(url)
     console, errors = _consoles(guard)
+    config = start_tracing(config, args.trace, errors, guard.clean)
     return trio.run(
         lambda: chat(
             config,
@@ -361,6 +378,7 @@ def _chat_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
             console=console,
             errors=errors,
             tools=tools,
+            stored=StoredAt(url),
         )
     )
 
@@ -371,7 +389,7 @@ def _sessions_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
     # Only the config's store is read: these verbs import no tool and start nothing.
     configured = config_store_url(getattr(args, "config", None))
     option: str | None = getattr(args, "store", None)
-    url = option if option is not None else configured or DEFAULT_STORE
+    url = store_url(option, configured)
     guard.add_store_url(url)
     store = make_store(url)
     console, _ = _consoles(guard)

@@ -20,7 +20,11 @@ those calls.
 - A sub-agent session left waiting by an earlier process (a ``run`` that exited 3, a ``chat``
   whose input ended) is resumed under its parent when the parent's session is resumed
   (``resume_waiting_children``), so ``chat --resume PARENT`` asks about it; that is the command
-  ``run`` prints (``ResumeHint``).
+  ``run`` prints (``ResumeHint``). ``approve``/``deny`` (``_decide.py``) take the parent's
+  session and the call id, and bring such sessions back the same way.
+- What waits in a stored session, its waiting sub-agent sessions' calls included, is read
+  without opening it for writing (``stored_pending``): ``run --resume`` refuses to queue a
+  prompt behind such calls, and the refusal appends nothing.
 """
 
 from __future__ import annotations
@@ -33,30 +37,37 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 
 import attrs
+import trio
 
 from .._agent import subagents
+from .._agent.results import ApprovalRequest
 from .._errors import AgentLoopError, SessionNotFoundError
 from .._frozen import thaw
 from .._permissions import PERMISSION_MODES, PermissionMode, Permissions
-from .._session.projections import AWAITING_APPROVAL
+from .._session.projections import AWAITING_APPROVAL, ApprovalState
 from ..config import AgentEntry, RuntimeConfig, SubagentEntry
+from ._setup import missing_local_store
 from ._terminal import json_visible, visible
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from .._agent.agent import Agent
-    from .._agent.results import ApprovalRequest
     from .._runtime import Runtime
     from .._session.store import SessionStore
 
 __all__ = [
     "MODES_TEXT",
     "ResumeHint",
+    "StoredCall",
     "agent_tree",
     "call_text",
     "pending_calls",
     "pending_line",
     "permission_mode",
     "resume_waiting_children",
+    "stored_pending",
+    "waiting_before_prompt",
     "with_permission_mode",
 ]
 
@@ -166,14 +177,19 @@ class ResumeHint:
     forgets: bool = False
     """The store keeps nothing after the run (``memory:``): no later command can decide."""
 
-    def how(self, agent_id: str, session_id: str) -> str:
-        """How a call waiting in ``session_id`` of declared agent ``agent_id`` gets decided."""
+    def how(self, agent_id: str, session_id: str, call_id: str | None = None) -> str:
+        """How a call waiting in ``session_id`` of declared agent ``agent_id`` gets decided.
+
+        With ``call_id``, the ``approve``/``deny`` commands that decide that call follow the
+        ``chat`` command.
+        """
         if self.forgets:
             return (
                 "it is lost when run exits, as the memory: store keeps nothing (give a --store"
                 " that keeps sessions to decide it with chat, or --permission-mode deny-asks)"
             )
-        return f"decide with: {self.command(agent_id, session_id)}"
+        chat = f"decide with: {self.command(agent_id, session_id)}"
+        return chat if call_id is None else f"{chat}; or {self.decide_how(session_id, call_id)}"
 
     def command(self, agent_id: str, session_id: str) -> str:
         """``dsh-agent chat CONFIG [--agent ID] --resume SESSION ...``, quoted for a shell."""
@@ -181,6 +197,20 @@ class ResumeHint:
         if agent_id != self.first_agent:
             parts += ["--agent", agent_id]
         parts += ["--resume", session_id]
+        return self._quoted(parts)
+
+    def decide_command(self, verb: str, session_id: str, call_id: str) -> str:
+        """``dsh-agent approve|deny SESSION CALL_ID --config CONFIG ...``, quoted for a shell."""
+        config = ["--config", self.config] if self.config else []
+        return self._quoted(["dsh-agent", verb, session_id, call_id, *config])
+
+    def decide_how(self, session_id: str, call_id: str) -> str:
+        """The two commands that decide call ``call_id`` waiting under ``session_id``."""
+        approve = self.decide_command("approve", session_id, call_id)
+        deny = self.decide_command("deny", session_id, call_id)
+        return f"approve with: {approve} (or deny with: {deny})"
+
+    def _quoted(self, parts: list[str]) -> str:
         if self.store is not None:
             parts += ["--store", self.store]
         for ref in self.tools:
@@ -188,6 +218,19 @@ class ResumeHint:
         if self.mode is not None:
             parts += ["--permission-mode", self.mode]
         return " ".join(shlex.quote(part) for part in parts)
+
+
+@final
+@attrs.frozen
+class StoredCall:
+    """A call waiting for approval in a stored session, as read from the store."""
+
+    agent_id: str
+    """The agent of the session it waits in."""
+    session_id: str
+    """The session it waits in (the given one, or a sub-agent session below it)."""
+    request: ApprovalRequest
+    """The call."""
 
 
 # -- sub-agent sessions left waiting -------------------------------------------------------------
@@ -231,6 +274,104 @@ async def _waiting_chains(store: SessionStore, root: str) -> list[list[str]]:
         if chain[-1] == root:
             chains.append(chain[-2::-1])  # top first, root left out
     return chains
+
+
+async def _stored_calls(store: SessionStore, session_id: str) -> list[StoredCall]:
+    try:
+        handle = await store.open(session_id, "read")
+    except SessionNotFoundError:  # absent (or deleted meanwhile): nothing waits there
+        return []
+    try:
+        header, events = handle.header, await handle.read()
+    finally:
+        await handle.close()
+    state = ApprovalState()
+    for event in events:
+        if event.type in state.types:
+            state.fold(event)
+    agent_id = str(header.get("agent_id", ""))
+    return [
+        StoredCall(
+            agent_id,
+            session_id,
+            ApprovalRequest(
+                call_id=d["call_id"],
+                name=d["name"],
+                arguments=d["arguments"],
+                turn=d["turn"],
+                step=d["step"],
+            ),
+        )
+        for d in (e.data for e in state.pending())
+    ]
+
+
+async def stored_pending(store: SessionStore, session_id: str) -> list[StoredCall]:
+    """The calls waiting in stored session ``session_id`` and in its sub-agent sessions.
+
+    Read only: nothing is opened for writing, nothing appended. An absent session has none.
+    """
+    found = await _stored_calls(store, session_id)
+    for chain in await _waiting_chains(store, session_id):
+        found.extend(await _stored_calls(store, chain[-1]))
+    return found
+
+
+async def waiting_before_prompt(
+    config: RuntimeConfig,
+    agent_ids: Iterable[str],
+    store: SessionStore,
+    url: str | None,
+    hint: ResumeHint | None,
+    errors: Console,
+) -> bool:
+    """``run`` on stored sessions: say which calls wait in them and how to decide each.
+
+    Returns True when one waits: ``run`` then queues nothing and exits 3, and the store is
+    closed here (no runtime opens it). Read only: a store that does not exist is not created.
+    """
+    wanted = set(agent_ids)
+    sessions = [
+        session_id
+        for entry in config.agents
+        if entry.id in wanted
+        for session_id in (entry.resume_session_id, entry.session_id)
+        if session_id is not None
+    ]
+    if not sessions or (url is not None and missing_local_store(url)):
+        return False
+    hint = hint or ResumeHint(config=config.source, first_agent=config.agents[0].id)
+    done = True  # a failed read closes the store too: the caller opens no runtime then
+    try:
+        done = await _report_stored(store, sessions, hint, errors)
+    finally:
+        if done:
+            with trio.CancelScope(shield=True):
+                await store.aclose()
+    return done
+
+
+async def _report_stored(
+    store: SessionStore, sessions: Iterable[str], hint: ResumeHint, errors: Console
+) -> bool:
+    waiting = False
+    for session_id in sessions:
+        calls = await stored_pending(store, session_id)
+        if calls:
+            waiting = True
+            errors.print(
+                visible(
+                    f"session {session_id} has tool calls waiting for approval, so the prompt"
+                    " was not queued (nothing was added to the session); decide them first:"
+                ),
+                soft_wrap=True,
+                markup=False,
+            )
+        for call in calls:
+            how = hint.decide_how(session_id, call.request.call_id)
+            line = pending_line(call.agent_id, call.request, how)
+            errors.print(line, soft_wrap=True, markup=False)
+    return waiting
 
 
 async def resume_waiting_children(rt: Runtime, agent: Agent) -> list[str]:

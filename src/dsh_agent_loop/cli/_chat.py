@@ -7,18 +7,21 @@ stays in the log as an interrupted anchor); a Ctrl-C while idle, or two within
 abandoned on exit. ``/new`` disposes the agent and creates it again on a new session,
 ``/resume ID`` moves it to a stored session, ``/exit`` (or end of input) leaves.
 
-A tool call waiting for approval (the permission policy deferred it, ``docs/security.md``) is
-shown whole (``_approvals.call_text``: the agent, the tool, every argument, never cut, controls
-made visible) and asked about: ``[y]es`` runs it, ``[n]o`` refuses it, ``[a]lways this session``
-runs it and records a durable allow rule for that exact call (``agent.approve(call_id,
-always=True)``), so the same call later in the session, after a resume too, runs unasked. Any
-other answer asks again. The calls of the chatting agent and of each of its live sub-agents are
-asked about, each naming its agent: a turn that ends ``awaiting-approval`` anywhere in the tree
-is seen at once through the ``session/event`` notification, so a sub-agent's call is asked about
-even while the parent's turn still runs. Once an agent's calls are decided its continuation runs
-and is shown; the REPL prompts again when the whole tree is idle. A resumed session (``--resume``,
-``/resume``) brings back its sub-agent sessions left waiting and asks about every waiting call
-first. End of input, or Ctrl-C at a question, leaves the calls pending in the session.
+A tool call waiting for approval (the permission policy deferred it, ``docs/security.md``) is shown
+whole (``_approvals.call_text``: the agent, the tool, every argument, never cut, controls made
+visible) and asked about: ``[y]es`` runs it, ``[n]o`` refuses it, ``[a]lways this session`` runs it
+and records a durable allow rule for that exact call (``agent.approve(call_id, always=True)``), so
+the same call later in the session, after a resume too, runs unasked. Any other answer asks again,
+except ``/exit``, which leaves at once (the calls stay pending). A line typed while a turn runs
+waits in the terminal; when it is read (as the next prompt, or as an answer) it is shown after the
+prompt, so the turn it starts is seen to start from it. The calls of the chatting agent and of each
+of its live sub-agents are asked about, each naming its agent: a turn that ends
+``awaiting-approval`` anywhere in the tree is seen at once through the ``session/event``
+notification, so a sub-agent's call is asked about even while the parent's turn still runs. Once an
+agent's calls are decided its continuation runs and is shown; the REPL prompts again when the whole
+tree is idle. A resumed session (``--resume``, ``/resume``) brings back its sub-agent sessions left
+waiting and asks about every waiting call first. End of input, or Ctrl-C at a question, leaves the
+calls pending in the session.
 
 When the agent's store fails or another process takes its session over (``agent/error`` with
 ``OWNERSHIP_LOST`` or ``STORE_FAILED``), the agent stops: the renderer says so in one line and
@@ -30,6 +33,7 @@ Without a config the agent talks to an offline echo model, so the REPL can be tr
 from __future__ import annotations
 
 import math
+import select
 import signal
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -54,8 +58,8 @@ from ..events import AGENT_ERROR, SESSION_EVENT, TURN_END, Event
 from ..llm import ModelAdapter, ModelRequest, Reply, ScriptedModel
 from ._approvals import agent_tree, call_text, pending_calls, resume_waiting_children
 from ._render import STORE_FAILURES, StreamRenderer, message_text, reason_text
-from ._run import failed_turns, report_start_failures
-from ._setup import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from ._run import failed_turns, print_stored, report_start_failures
+from ._setup import EXIT_FAILED, EXIT_OK, EXIT_USAGE, StoredAt
 from ._terminal import redact_url, visible
 
 __all__ = ["ANSWERS", "ASK", "DOUBLE_PRESS", "PROMPT", "chat", "echo_config"]
@@ -71,6 +75,8 @@ ASK: Final = "allow? [y]es / [n]o / [a]lways this session: "
 ANSWERS: Final[Mapping[str, str]] = FrozenDict(
     y="yes", yes="yes", n="no", no="no", a="always", always="always"
 )
+#: The commands that leave, at the prompt and at an approval question alike.
+EXITS: Final = ("/exit", "/quit")
 #: The denial message a refused call carries.
 DECLINED: Final = "the user declined"
 HELP: Final = (
@@ -78,6 +84,14 @@ HELP: Final = (
     "session id · /compact [INSTRUCTIONS]  summarise older history · /exit  leave · "
     "Ctrl-C cancels a running turn; Ctrl-C when idle exits"
 )
+
+
+def _input_waiting() -> bool:
+    """True when standard input has a line ready (typed ahead) before it is read."""
+    try:
+        return bool(select.select([sys.stdin], [], [], 0)[0])
+    except (OSError, ValueError):  # closed, or no file descriptor
+        return False
 
 
 def _echo(request: ModelRequest) -> Reply:
@@ -155,8 +169,11 @@ class _Chat:
         self.renderer.end_line()
         self.console.print(Text(visible(prompt), style="bold green"), end="", soft_wrap=True)
         self.console.file.flush()
+        # A line typed while a turn ran was echoed by the terminal then, amid the output: it is
+        # shown again after the prompt, so the turn it starts (or the answer) reads in place.
+        typed_ahead = self.echoed and _input_waiting()
         line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
-        if line and not self.echoed:
+        if line and (typed_ahead or not self.echoed):
             # A terminal echoes what is typed; piped input is shown so transcripts read well.
             self.console.print(Text(visible(line.rstrip("\n"))), soft_wrap=True)
         return line if line else None
@@ -269,6 +286,10 @@ class _Chat:
             line = await self.read_line(ASK)
             if line is None:
                 return None
+            if line.strip() in EXITS:  # leave now; the calls stay pending in the session
+                if self.leave is not None:
+                    self.leave.cancel()
+                return None
             answer = ANSWERS.get(line.strip().lower())
             if answer is not None:
                 return answer
@@ -291,7 +312,7 @@ class _Chat:
         """Run a ``/command``; False means leave."""
         name, _, rest = text.partition(" ")
         argument = rest.strip()
-        if name in ("/exit", "/quit"):
+        if name in EXITS:
             return False
         if name == "/new":
             await self.replace(None)
@@ -390,8 +411,12 @@ async def chat(
     console: Console,
     errors: Console,
     tools: Sequence[Tool] = (),
+    stored: StoredAt | None = None,
 ) -> int:
-    """Run the REPL on ``agent_id`` (default: the first declared agent); the exit code."""
+    """Run the REPL on ``agent_id`` (default: the first declared agent); the exit code.
+
+    ``stored`` makes the closing lines: where the last session is and how to show it.
+    """
     async with open_runtime(
         config, store=store, settings=settings, providers=providers, tools=tools
     ) as rt:
@@ -418,4 +443,7 @@ async def chat(
         finally:
             for dispose in disposers:
                 dispose()
+        session.renderer.end_line()
+        if not session.failed:  # its own line said why the session is not all stored
+            print_stored(stored, [session.handle.session_id], console, errors)
         return EXIT_FAILED if session.failed else EXIT_OK

@@ -1,4 +1,4 @@
-"""Terminal rendering: live assistant streams and tool results, and one-line event summaries.
+"""Terminal rendering: live assistant streams, tool panels, and the words of failures and reasons.
 
 The live view is driven by runtime observers (``agent/assistant-stream`` frames and the
 ``tools/result`` notification), which fire synchronously in the order the driver produces
@@ -18,7 +18,7 @@ was taken over (``STORE_FAILURES``) is one line, and is kept in ``store_failures
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, final
 
 from rich.console import Console
@@ -26,27 +26,12 @@ from rich.panel import Panel
 from rich.text import Text
 
 from .._agent.request import MAX_ATTEMPTS, Retry
-from .._frozen import thaw
 from .._hooks import Disposer, HookBus
 from ..events import (
     AGENT_ERROR,
-    ASSISTANT_ATTEMPT,
-    ASSISTANT_MESSAGE,
     ASSISTANT_STREAM,
     HOOK_REQUEST_ERROR,
     HOOK_TOOLS_RESULT,
-    INBOX_SPLICED,
-    REQUEST_CONTEXT,
-    REQUEST_HEADER,
-    SESSION_END_SEED,
-    STEP_END,
-    STEP_START,
-    SYSTEM_MESSAGE,
-    TOOL_CALL,
-    TOOL_RESULT,
-    TURN_END,
-    TURN_START,
-    USER_MESSAGE,
     Event,
 )
 from ..llm import BlockEnd, BlockStart, Failure, ReasoningDelta, TextDelta, ToolCallDelta
@@ -55,8 +40,6 @@ from ._terminal import json_visible, visible
 __all__ = [
     "STORE_FAILURES",
     "StreamRenderer",
-    "describe",
-    "event_line",
     "failure_words",
     "message_text",
     "reason_text",
@@ -111,115 +94,6 @@ def tool_call_names(message: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _quoted(text: str) -> str:
-    return json.dumps(snippet(text), ensure_ascii=False)
-
-
-def _assistant(data: Mapping[str, Any]) -> str:
-    message = data.get("message") or {}
-    parts = []
-    reasoning = message_text(message, ("reasoning",))
-    if reasoning:
-        parts.append(f"reasoning {len(reasoning)} chars")
-    text = message_text(message)
-    if text:
-        parts.append(_quoted(text))
-    calls = tool_call_names(message)
-    if calls:
-        parts.append("calls " + ", ".join(calls))
-    if not parts:
-        parts.append("(empty)")
-    stream = data.get("stream") or {}
-    if stream.get("finish") not in (None, "stop", "tool-calls"):
-        parts.append(f"finish {stream.get('finish')}")
-    if data.get("interrupted"):
-        parts.append("INTERRUPTED")
-    return "  ".join(parts)
-
-
-def _tool_result(data: Mapping[str, Any]) -> str:
-    message = data.get("message") or {}
-    name = message.get("name", "?")
-    blocks = [b for b in message.get("content", ()) or () if isinstance(b, Mapping)]
-    text = "".join(str(b.get("text", "")) for b in blocks)
-    error = data.get("error")
-    if error:
-        return f"{name}  {error.get('code', '?')}: {_quoted(text)}"
-    return f"{name}  {_quoted(text)}"
-
-
-def _splice(data: Mapping[str, Any]) -> str:
-    inserted = data.get("inserted") or ()
-    parts = [str(data.get("target", "?"))]
-    if inserted:
-        texts = [message_text(m) for m in inserted if isinstance(m, Mapping)]
-        parts.append(f"+{len(inserted)} {_quoted(' | '.join(texts))}")
-    removed = data.get("removed_count", 0)
-    if removed:
-        parts.append(f"-{removed}" + (" canceled" if data.get("outcome") else " claimed"))
-    return "  ".join(parts)
-
-
-def _where(event: Event) -> str:
-    data = event.data
-    where = f"turn {data.get('turn')}"
-    return where if event.type == TURN_START else f"{where} step {data.get('step')}"
-
-
-def _turn_end(event: Event) -> str:
-    return f"turn {event.data.get('turn')}  {reason_text(event.data.get('reason'))}"
-
-
-def _user(event: Event) -> str:
-    message = event.data.get("message") or {}
-    source = message.get("source")
-    return _quoted(message_text(message)) + (f"  ({source})" if source else "")
-
-
-def _system(event: Event) -> str:
-    text = message_text(event.data.get("message") or {})
-    detail = _quoted(text) if text else "(empty)"
-    op = event.surface_op
-    if isinstance(op, Mapping):
-        detail += f"  replaces {op.get('start_seq')}..{op.get('end_seq')}"
-    return detail
-
-
-def _attempt(event: Event) -> str:
-    failure = event.data.get("failure") or {}
-    return f"{failure.get('code', 'no failure')}: {snippet(str(failure.get('message', '')))}"
-
-
-def _call(event: Event) -> str:
-    return f"{event.data.get('name')} {snippet(str(event.data.get('arguments', '')))}"
-
-
-def _header(event: Event) -> str:
-    header = event.data.get("header") or {}
-    config = header.get("config") or {}
-    tools = header.get("tools") or ()
-    route = f"{config.get('provider')}/{config.get('model')}"
-    return f"{event.data.get('reason')}  {route}  {len(tools)} tools"
-
-
-_DESCRIBE: Final[Mapping[str, Callable[[Event], str]]] = {
-    TURN_START: _where,
-    STEP_START: _where,
-    STEP_END: _where,
-    TURN_END: _turn_end,
-    USER_MESSAGE: _user,
-    SYSTEM_MESSAGE: _system,
-    ASSISTANT_MESSAGE: lambda e: _assistant(e.data),
-    ASSISTANT_ATTEMPT: _attempt,
-    TOOL_CALL: _call,
-    TOOL_RESULT: lambda e: _tool_result(e.data),
-    INBOX_SPLICED: lambda e: _splice(e.data),
-    REQUEST_HEADER: _header,
-    REQUEST_CONTEXT: lambda e: f"{e.data.get('provider')}/{e.data.get('model')}",
-    SESSION_END_SEED: lambda e: "inherited" if e.data.get("inherited") else "",
-}
-
-
 def failure_words(failure: Mapping[str, Any], provider: str | None = None) -> str:
     """A model-call failure as a sentence: ``HTTP 429 from deepseek: rate limited``."""
     source = provider or "the model"
@@ -255,20 +129,6 @@ def retry_line(failure: Failure, provider: str | None, attempt: int, decision: A
         return f"{head}, giving up after {attempt} attempts{tail}"
     delay = max(0.0, decision.delay)
     return f"{head}, retrying in {delay:.1f} s (attempt {attempt + 1} of {MAX_ATTEMPTS}){tail}"
-
-
-def describe(event: Event) -> str:
-    """A short detail for ``event``: what a person scanning the log wants to see."""
-    fn = _DESCRIBE.get(event.type)
-    if fn is not None:
-        return fn(event)
-    return snippet(json.dumps(thaw(event.data), ensure_ascii=False, default=str))
-
-
-def event_line(event: Event) -> str:
-    """``seq  type  detail`` on one line, its control characters made visible."""
-    seq = "-" if event.seq is None else str(event.seq)
-    return visible(f"{seq:>5}  {event.type:<20}  {describe(event)}".rstrip())
 
 
 def store_failure_line(agent_id: str, code: str, message: str) -> str:

@@ -15,7 +15,9 @@ stored, and its turn's end may never be.
 the prompted agents' own and their live sub-agents', is one stderr line naming the agent, the tool
 and its whole arguments, and the ``chat`` command that asks about it (``ResumeHint``); the exit
 code is then 3. Codes are checked in a fixed order, the first that applies wins: 130 (Ctrl-C),
-2 (an agent failed to start), 1 (a failed turn or store), 3 (calls waiting), 0.
+2 (an agent failed to start), 1 (a failed turn or store), 3 (calls waiting), 0. When a prompted
+agent did not start (an MCP server whose tools it needs among the reasons), nothing is prompted:
+the verb exits 2 before any model call.
 """
 
 from __future__ import annotations
@@ -37,18 +39,29 @@ from .._tools.base import Tool
 from ..config import RuntimeConfig
 from ..events import SESSION_END_SEED, TURN_END, Event
 from ..mcp import McpStartError
-from ._approvals import ResumeHint, agent_tree, pending_calls, pending_line
-from ._render import StreamRenderer, event_line
-from ._setup import EXIT_AWAITING, EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
+from ._approvals import (
+    ResumeHint,
+    agent_tree,
+    pending_calls,
+    pending_line,
+    waiting_before_prompt,
+)
+from ._render import StreamRenderer
+from ._setup import EXIT_AWAITING, EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, StoredAt
+from ._start_failures import mcp_failure_lines
 from ._terminal import redact_url, visible
+from ._transcript import totals, transcript_lines
 
 __all__ = [
     "attach_index",
     "failed_turns",
+    "print_stored",
     "read_prompt",
     "report_start_failures",
+    "report_turns",
     "run_agents",
     "select_agents",
+    "watch_interrupts",
 ]
 
 #: Turn-end kinds that make the exit code 1 (``aborted`` and ``blocked`` do not count).
@@ -81,7 +94,7 @@ def select_agents(config: RuntimeConfig, agent_id: str | None) -> list[str]:
     """
     declared = [entry.id for entry in config.agents]
     if not declared:
-        raise CliError(f"{config.source}: declares no agents (plugins[0].config.agents)")
+        raise CliError(f"{config.source}: declares no agents (agents, or plugins[0].config.agents)")
     if agent_id is None:
         return declared
     if agent_id not in declared:
@@ -124,15 +137,19 @@ def report_start_failures(rt: Runtime, errors: Console, url: str | None = None) 
             errors.print(line, soft_wrap=True, markup=False)
             continue
         message = visible(" ".join(str(failure.error).split()))
-        if isinstance(failure.error, McpStartError):  # names its server itself
-            errors.print(message, soft_wrap=True, markup=False)
-            continue
+        if isinstance(failure.error, McpStartError):
+            if failure.agent_id.startswith("mcpServers."):
+                for line in mcp_failure_lines(failure.error):
+                    errors.print(line, soft_wrap=True, markup=False, highlight=False)
+                continue
+            server = failure.error.server
+            message = f"it needs the tools of MCP server {server!r}, which did not start"
         errors.print(
             f"agent {failure.agent_id!r} failed to start: {message}", soft_wrap=True, markup=False
         )
 
 
-async def _watch_interrupts(
+async def watch_interrupts(
     agents: Sequence[Agent],
     waiting: trio.CancelScope,
     presses: list[int],
@@ -166,17 +183,23 @@ async def run_agents(
     tools: Sequence[Tool] = (),
     url: str | None = None,
     hint: ResumeHint | None = None,
+    stored: StoredAt | None = None,
 ) -> int:
     """Open the runtime, prompt the agents, stream, wait for idle, summarise; the exit code.
 
-    ``hint`` makes the command each waiting call's line names (default: from the config's path).
+    ``hint`` makes the command each waiting call's line names (default: from the config's path);
+    ``stored`` the closing lines saying where the sessions are (none without it). A stored
+    session (``--resume``/``--session``) whose calls wait for approval gets no prompt: its calls
+    are listed with the commands that decide them, and the code is 3.
     """
+    if await waiting_before_prompt(config, agent_ids, store, url, hint, errors):
+        return EXIT_AWAITING
     async with open_runtime(config, store=store, settings=settings, tools=tools) as rt:
         report_start_failures(rt, errors, url)
         live = {agent.id: agent for agent in rt.agents.list()}
         agents = [live[i] for i in agent_ids if i in live]
-        if not agents:
-            return EXIT_USAGE
+        if len(agents) < len(agent_ids):
+            return EXIT_USAGE  # an agent did not start (its line is printed): no turn is run
         renderer = StreamRenderer(console, prefix=len(agents) > 1, errors=errors)
         disposers = renderer.attach(rt.hooks)
         starts = {agent.id: attach_index(agent.session.events) for agent in agents}
@@ -184,7 +207,7 @@ async def run_agents(
         presses: list[int] = []
         async with trio.open_nursery() as nursery:
             waiting = trio.CancelScope()
-            await nursery.start(_watch_interrupts, agents, waiting, presses)
+            await nursery.start(watch_interrupts, agents, waiting, presses)
             with waiting:
                 for agent in agents:
                     agent.followup(prompt)
@@ -195,18 +218,9 @@ async def run_agents(
         for dispose in disposers:
             dispose()
         renderer.end_line()
-        code = EXIT_OK if finished else EXIT_FAILED
-        for agent in agents:
-            events = agent.session.events
-            if not quiet:
-                _summary(console, agent, events)
-            if agent.id in renderer.store_failures:
-                code = EXIT_FAILED  # its one line was printed when it happened
-                continue
-            for reason in failed_turns(events, starts[agent.id]):
-                code = EXIT_FAILED
-                line = visible(f"{agent.id}: a turn ended {reason.get('kind')}")
-                errors.print(line, soft_wrap=True, markup=False)
+        code = report_turns(agents, starts, renderer, console, errors, quiet=quiet)
+        if not finished:
+            code = EXIT_FAILED
         hint = hint or ResumeHint(config=config.source, first_agent=config.agents[0].id)
         if _report_waiting(agents, hint, errors) and code == EXIT_OK:
             code = EXIT_AWAITING
@@ -215,16 +229,62 @@ async def run_agents(
         if presses:
             errors.print("interrupted: the cancelled turns are stored as aborted", soft_wrap=True)
             code = EXIT_INTERRUPTED
+        kept = [agent.session_id for agent in agents if agent.id not in renderer.store_failures]
+        print_stored(stored, kept, console, errors)
         return code
+
+
+def print_stored(
+    stored: StoredAt | None, session_ids: Sequence[str], console: Console, errors: Console
+) -> None:
+    """The closing lines on stderr: where the sessions are, and how to show one.
+
+    An agent whose store failed or whose session another process took has said so in its own
+    line instead: what it did last is not stored, and the session may no longer be its own.
+    """
+    if stored is None:
+        return
+    console.file.flush()  # they come last, after what stdout holds
+    for line in stored.lines(session_ids):
+        errors.print(visible(line), soft_wrap=True, markup=False, highlight=False)
+
+
+def report_turns(
+    agents: Sequence[Agent],
+    starts: Mapping[str, int],
+    renderer: StreamRenderer,
+    console: Console,
+    errors: Console,
+    *,
+    quiet: bool,
+) -> int:
+    """Print each session's summary and its failed turns; 1 when one failed, else 0.
+
+    The summary is skipped when ``quiet``; a turn counts from ``starts[agent.id]`` on, and an
+    agent whose store failed counts as failed.
+    """
+    code = EXIT_OK
+    for agent in agents:
+        events = agent.session.events
+        if not quiet:
+            _summary(console, agent, events)
+        if agent.id in renderer.store_failures:
+            code = EXIT_FAILED  # its one line was printed when it happened
+            continue
+        for reason in failed_turns(events, starts[agent.id]):
+            code = EXIT_FAILED
+            line = visible(f"{agent.id}: a turn ended {reason.get('kind')}")
+            errors.print(line, soft_wrap=True, markup=False)
+    return code
 
 
 def _report_waiting(agents: Sequence[Agent], hint: ResumeHint, errors: Console) -> bool:
     """One stderr line per call waiting in the agents' trees; True when there was one."""
     waiting = False
     for top in agents:
-        how = hint.how(top.id, top.session_id)
         for agent, request in pending_calls(agent_tree(top)):
             waiting = True
+            how = hint.how(top.id, top.session_id, request.call_id)
             errors.print(pending_line(agent.id, request, how), soft_wrap=True, markup=False)
     return waiting
 
@@ -233,5 +293,6 @@ def _summary(console: Console, agent: Agent, events: Sequence[Event]) -> None:
     console.print()
     title = visible(f"session {agent.session_id}  ({len(events)} events)")
     console.print(Text(title, style="bold"), soft_wrap=True)
-    for event in events:
-        console.print(event_line(event), soft_wrap=True, markup=False, highlight=False)
+    # The words of ``sessions show`` (one vocabulary for a log: ``_transcript.py``).
+    for line in [*totals(events).lines(), *transcript_lines(events)]:
+        console.print(visible(line), soft_wrap=True, markup=False, highlight=False)

@@ -5,7 +5,13 @@ These verbs only read. A SQLite file or JSONL directory that does not exist is a
 cuts a line, whatever the terminal width; piped, it prints plain tab-separated lines.
 ``list --tree`` reads each session's header too and puts every sub-agent session under its
 parent's (``parent_session_id``) and every fork under its source (``forked_from``), indented two
-spaces a level, with the link in the last column. ``export`` writes the JsonlStore file format:
+spaces a level, with the link in the last column; on a terminal too narrow for that table it
+prints each session as its id on one line and its details on the next, wrapped between words
+(``_tree_layout.py``), so no word is ever broken by the terminal. A session whose calls wait for
+a person's approval reads ``waiting for approval (N calls)`` in the last-turn-end column (its
+log is read for that). ``show`` prints the header, the totals and one line per event in the
+words of ``_transcript.py``, and names each waiting call with the commands that decide it.
+``export`` writes the JsonlStore file format:
 the header as one JSON line, then one event per line, so the output can be dropped into a JSONL
 store directory as ``<session_id>.jsonl``; DEL, C1 and bidi controls, which JSON allows raw, are
 written as ``\uXXXX`` escapes (the values are unchanged). Everything else these verbs print from a
@@ -33,7 +39,8 @@ from ..events import Event, event_to_json
 from ._render import reason_text
 from ._setup import EXIT_FAILED, EXIT_OK, CliError, missing_local_store
 from ._terminal import json_visible, redact_url, visible
-from ._transcript import plain_line, totals
+from ._transcript import pending_approvals, totals, transcript_lines
+from ._tree_layout import fits, stacked_rows
 
 __all__ = ["check_session", "export_session", "list_sessions", "show_session"]
 
@@ -42,12 +49,37 @@ def _not_found(session_id: str, url: str) -> CliError:
     return CliError(f"session '{visible(session_id)}' not found in {redact_url(url)}")
 
 
-async def _infos(store: SessionStore) -> list[SessionInfo]:
+async def _infos(store: SessionStore) -> tuple[list[SessionInfo], dict[str, int]]:
     try:
-        return await store.list()
+        infos = await store.list()
+        return infos, await _waiting(store, infos)
     finally:
         with trio.CancelScope(shield=True):
             await store.aclose()
+
+
+async def _waiting(store: SessionStore, infos: Sequence[SessionInfo]) -> dict[str, int]:
+    """Session id → calls waiting for approval, for the sessions whose last turn stopped so."""
+    out: dict[str, int] = {}
+    for info in infos:
+        if (info.last_turn_end or {}).get("kind") != "awaiting-approval":
+            continue
+        try:
+            handle = await store.open(info.session_id, "read")
+            try:
+                out[info.session_id] = len(pending_approvals(await handle.read()))
+            finally:
+                await handle.close()
+        except (SessionNotFoundError, StoreError):  # deleted meanwhile, or unreadable: no mark
+            continue
+    return out
+
+
+def _end_cell(info: SessionInfo, waiting: Mapping[str, int]) -> str:
+    count = waiting.get(info.session_id, 0)
+    if count:
+        return f"waiting for approval ({count} call{'s' * (count != 1)})"
+    return reason_text(info.last_turn_end)
 
 
 async def _read(
@@ -73,7 +105,7 @@ def _load(store: SessionStore, session_id: str, url: str) -> tuple[Mapping[str, 
     return trio.run(_read, store, session_id, url)
 
 
-def _rows(infos: Sequence[SessionInfo]) -> list[tuple[str, ...]]:
+def _rows(infos: Sequence[SessionInfo], waiting: Mapping[str, int]) -> list[tuple[str, ...]]:
     ordered = sorted(infos, key=lambda i: (i.created_at, i.session_id))
     return [
         tuple(
@@ -82,7 +114,7 @@ def _rows(infos: Sequence[SessionInfo]) -> list[tuple[str, ...]]:
                 i.session_id,
                 i.agent_id,
                 str(i.event_count),
-                reason_text(i.last_turn_end),
+                _end_cell(i, waiting),
                 i.created_at,
             )
         )
@@ -90,7 +122,9 @@ def _rows(infos: Sequence[SessionInfo]) -> list[tuple[str, ...]]:
     ]
 
 
-async def _linked_infos(store: SessionStore) -> list[tuple[SessionInfo, str | None, str]]:
+async def _linked_infos(
+    store: SessionStore,
+) -> tuple[list[tuple[SessionInfo, str | None, str]], dict[str, int]]:
     """Each session with its tree parent (a live link's session id, or None) and its link."""
     try:
         infos = await store.list()
@@ -109,6 +143,7 @@ async def _linked_infos(store: SessionStore) -> list[tuple[SessionInfo, str | No
                 fork = visible(f"fork of {source}@{at}")
                 label = f"{label}, {fork}" if label else fork
             links[info.session_id] = (parent, source, label)
+        waiting = await _waiting(store, infos)
     finally:
         with trio.CancelScope(shield=True):
             await store.aclose()
@@ -118,16 +153,18 @@ async def _linked_infos(store: SessionStore) -> list[tuple[SessionInfo, str | No
         parent, source, label = links[info.session_id]
         up = parent if parent in known else source if source in known else None
         out.append((info, up, label))
-    return out
+    return out, waiting
 
 
-def _tree_rows(linked: Sequence[tuple[SessionInfo, str | None, str]]) -> list[tuple[str, ...]]:
-    """Rows in tree order: each session under the one it links to, indented two per level."""
+def _tree_rows(
+    linked: Sequence[tuple[SessionInfo, str | None, str]], waiting: Mapping[str, int]
+) -> list[tuple[int, tuple[str, ...]]]:
+    """Rows in tree order with their depth: each session under the one it links to."""
     ordered = sorted(linked, key=lambda x: (x[0].created_at, x[0].session_id))
     below: dict[str | None, list[tuple[SessionInfo, str]]] = {}
     for info, up, label in ordered:
         below.setdefault(up, []).append((info, label))
-    rows: list[tuple[str, ...]] = []
+    rows: list[tuple[int, tuple[str, ...]]] = []
     seen: set[str] = set()
 
     def visit(up: str | None, depth: int) -> None:
@@ -135,15 +172,15 @@ def _tree_rows(linked: Sequence[tuple[SessionInfo, str | None, str]]) -> list[tu
             if info.session_id in seen:
                 continue
             seen.add(info.session_id)
-            (row,) = _rows([info])
-            rows.append(("  " * depth + row[0], *row[1:4], label or "-"))
+            (row,) = _rows([info], waiting)
+            rows.append((depth, (*row[:4], label or "-")))
             visit(info.session_id, depth + 1)
 
     visit(None, 0)
     for info, _, label in ordered:  # a cycle of links (never written by this library)
         if info.session_id not in seen:
             seen.add(info.session_id)
-            rows.append((*_rows([info])[0][:4], label or "-"))
+            rows.append((0, (*_rows([info], waiting)[0][:4], label or "-")))
             visit(info.session_id, 1)
     return rows
 
@@ -153,10 +190,19 @@ def list_sessions(
 ) -> int:
     """Print one row per stored session; ``tree``: sub-agents and forks under their origin."""
     if tree:
-        linked = [] if missing_local_store(url) else trio.run(_linked_infos, store)
-        return _print_rows(_tree_rows(linked), url, console, tty=tty, tree=True)
-    infos = [] if missing_local_store(url) else trio.run(_infos, store)
-    return _print_rows(_rows(infos), url, console, tty=tty, tree=False)
+        linked, waiting = ([], {}) if missing_local_store(url) else trio.run(_linked_infos, store)
+        deep = _tree_rows(linked, waiting)
+        rows = [("  " * depth + row[0], *row[1:]) for depth, row in deep]
+        if tty and rows and not fits(_HEADER, rows, console.width):
+            for line in stacked_rows(deep, console.width):
+                console.print(Text(line[0], style=line[1]), soft_wrap=True)
+            return EXIT_OK
+        return _print_rows(rows, url, console, tty=tty, tree=True)
+    infos, waiting = ([], {}) if missing_local_store(url) else trio.run(_infos, store)
+    return _print_rows(_rows(infos, waiting), url, console, tty=tty, tree=False)
+
+
+_HEADER = ("SESSION", "AGENT", "EVENTS", "LAST TURN END", "LINK")
 
 
 def _print_rows(
@@ -171,8 +217,7 @@ def _print_rows(
     if not rows:
         console.print(Text(f"no sessions in {redact_url(url)}", style="dim"), soft_wrap=True)
         return EXIT_OK
-    last = "LINK" if tree else "CREATED"
-    header = ("SESSION", "AGENT", "EVENTS", "LAST TURN END", last)
+    header = (*_HEADER[:4], "LINK" if tree else "CREATED")
     widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
     styles = ("bold", "cyan", "", "", "dim")
     console.print(
@@ -193,21 +238,24 @@ def _print_rows(
 def show_session(store: SessionStore, url: str, session_id: str, console: Console) -> int:
     """Print the session in plain words: header, totals, then one line per stored event."""
     header, events = _load(store, session_id, url)
-    console.print(
-        Text(
-            visible(
-                f"session {session_id}  agent {header.get('agent_id', '?')}  "
-                f"created {header.get('created_at', '?')}  {len(events)} events"
-            ),
-            style="bold",
-        ),
-        soft_wrap=True,
+    title = (
+        f"session {session_id}  agent {header.get('agent_id', '?')}  "
+        f"created {header.get('created_at', '?')}  {len(events)} events"
     )
+    forked = header.get(subagents.FORKED_FROM)
+    if isinstance(forked, Mapping):
+        title += f"  fork of {forked.get('session_id')}@{forked.get('at_seq')}"
+    console.print(Text(visible(title), style="bold"), soft_wrap=True)
     for line in totals(events).lines():
         console.print(Text(visible(line)), soft_wrap=True)
-    for index, event in enumerate(events):
-        line = visible(plain_line(index, event))
-        console.print(line, soft_wrap=True, markup=False, highlight=False)
+    for request in pending_approvals(events):
+        call_id = str(request.get("call_id"))
+        arguments = json.dumps(request.get("arguments"), ensure_ascii=False, default=_json_default)
+        decide = f"dsh-agent approve {session_id} {call_id} (or deny)"
+        line = f"  {call_id}: {request.get('name')} {arguments}; decide with: {decide}"
+        console.print(Text(visible(line), style="yellow"), soft_wrap=True)
+    for line in transcript_lines(events):
+        console.print(visible(line), soft_wrap=True, markup=False, highlight=False)
     return EXIT_OK
 
 

@@ -1,5 +1,13 @@
 """What every verb resolves before it runs: config, user settings, store URL, and CLI errors.
 
+The store a verb uses is the first of (docs/design.md#precedence): ``--store``; the
+config's ``store``; ``$DSH_AGENT_STORE``; the ``store`` of the user settings file;
+``sqlite:///sessions.db``. A config names the store of the agents it declares, so it beats the
+user-wide defaults; the environment beats the settings file because it is set for one shell or
+one command. The last three make the default every verb shares (``default_store``): what ``run``
+stored is what ``sessions show`` finds, with no option repeated. ``StoredAt`` is the closing
+note of ``run`` and ``chat``: where the session is, and the command that shows it.
+
 Order matters: the config and the settings file are loaded and validated first, and the store
 is only built (never opened) afterwards, so a bad config exits 2 without creating
 ``sessions.db``. The read-only verbs (``sessions ...``) read only the config's ``store``
@@ -11,6 +19,7 @@ their exit code; the application prints their message as one line, verbatim.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,11 +30,13 @@ import yaml
 
 from .._compose import load_config
 from .._errors import ConfigError
+from .._frozen import FrozenDict, freeze
 from .._session.store import SessionStore
 from .._tools.base import Tool
 from .._tools.loader import load_tool_ref
-from ..config import RuntimeConfig, load_settings_file
+from ..config import RuntimeConfig, Settings, load_settings_file
 from ..stores import StoreUrlError, parse_store_url, store_from_url
+from ._terminal import redact_url
 
 __all__ = [
     "DEFAULT_STORE",
@@ -33,9 +44,12 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "STORE_ENV",
     "CliError",
+    "StoredAt",
     "config_path",
     "config_store_url",
+    "default_store",
     "load_cli_config",
     "load_cli_tools",
     "load_user_settings",
@@ -47,8 +61,12 @@ __all__ = [
     "with_session",
 ]
 
-#: The store the CLI uses when neither ``--store`` nor the config names one.
+#: The store the CLI uses when nothing names one: no option, config, variable or setting.
 DEFAULT_STORE: Final = "sqlite:///sessions.db"
+#: The environment variable naming the store of every verb that is given no other.
+STORE_ENV: Final = "DSH_AGENT_STORE"
+#: The settings file's key naming the same (the CLI's own: the runtime never sees it).
+SETTINGS_STORE_KEY: Final = "store"
 #: Largest config file ``config_store_url`` reads (as ``load_config``: 1 MiB).
 MAX_CONFIG_BYTES: Final = 1024 * 1024
 
@@ -78,13 +96,76 @@ def settings_path(environ: Mapping[str, str] = os.environ) -> Path:
     return root / "dsh-agent" / "settings.yaml"
 
 
+def _settings_store(raw: Any, label: str) -> str | None:
+    """The ``store`` of the settings file's mapping ``raw``, checked (None: not given)."""
+    if not isinstance(raw, Mapping) or raw.get(SETTINGS_STORE_KEY) is None:
+        return None
+    return _checked_url(raw[SETTINGS_STORE_KEY], f"{label}: {SETTINGS_STORE_KEY}")
+
+
+def _read_settings(path: Path) -> Any:
+    """The settings file's YAML; a fault in it in the words of ``load_settings_file``."""
+    try:
+        return _read_config_yaml(str(path))
+    except ConfigError as own:
+        load_settings_file(path)  # raises the library's one line for the same fault
+        raise own from None
+
+
+def _checked_url(url: Any, where: str) -> str:
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError(f"{where}: expected a store URL string")
+    try:
+        parse_store_url(url)
+    except StoreUrlError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return url
+
+
 def load_user_settings() -> Mapping[str, Any]:
-    """Load the user settings file (an empty mapping when absent).
+    """Load the user settings file: the runtime's user layer (an empty mapping when absent).
+
+    Its ``store`` is the CLI's own key (``default_store``): checked here, and left out of the
+    layer the runtime is given.
 
     Raises:
         ConfigError: the file is unreadable or invalid.
     """
-    return load_settings_file(settings_path())
+    path = settings_path()
+    if not path.exists():
+        return FrozenDict()
+    label = str(path)
+    raw = _read_settings(path)
+    if not isinstance(raw, Mapping) or SETTINGS_STORE_KEY not in raw:
+        return load_settings_file(path)
+    _settings_store(raw, label)
+    layer = {key: value for key, value in raw.items() if key != SETTINGS_STORE_KEY}
+    try:
+        Settings(user=layer)
+    except ConfigError as exc:  # labelled ``<settings>``: name the file instead
+        raise ConfigError(str(exc).replace("<settings>:", f"{label}:")) from None
+    frozen: Mapping[str, Any] = freeze(layer)
+    return frozen
+
+
+def default_store(environ: Mapping[str, str] = os.environ) -> str:
+    """The store of a verb given no ``--store`` and no config's ``store``.
+
+    ``$DSH_AGENT_STORE`` (when set and not empty), else the settings file's ``store``, else
+    ``sqlite:///sessions.db``. Of the settings file only ``store`` is read here.
+
+    Raises:
+        ConfigError: the variable or the setting is not a store URL, or the file is unreadable.
+    """
+    url = environ.get(STORE_ENV, "")
+    if url.strip():
+        return _checked_url(url, STORE_ENV)
+    path = settings_path(environ)
+    if path.exists():
+        configured = _settings_store(_read_settings(path), str(path))
+        if configured is not None:
+            return configured
+    return DEFAULT_STORE
 
 
 def config_path(positional: str | None, option: str | None) -> str | None:
@@ -178,13 +259,62 @@ def config_store_url(path: str | None) -> str | None:
     return url
 
 
-def store_url(option: str | None, config: RuntimeConfig | None) -> str:
-    """``--store``, else the config's store, else ``sqlite:///sessions.db``."""
+def store_url(option: str | None, config: RuntimeConfig | str | None) -> str:
+    """``--store``, else the config's store, else ``default_store()``.
+
+    ``config`` is the loaded config, or the ``store`` ``config_store_url`` read (None: none).
+
+    Raises:
+        ConfigError: the default comes from a variable or setting that is not a store URL.
+    """
     if option is not None:
         return option
-    if config is not None and config.store is not None:
-        return config.store
-    return DEFAULT_STORE
+    configured = config.store if isinstance(config, RuntimeConfig) else config
+    if configured is not None:
+        return configured
+    return default_store()
+
+
+@final
+@attrs.frozen
+class StoredAt:
+    """Where ``run`` or ``chat`` stored its sessions: the lines it ends with, on stderr."""
+
+    url: str
+    """The store the verb used."""
+
+    def lines(self, session_ids: Sequence[str]) -> list[str]:
+        """Where the sessions are and the command that shows one; none for no session.
+
+        The command names ``--store`` only when ``sessions show`` would not find the store by
+        itself (``default_store``). The password of the URL is shown as ``***``.
+        """
+        if not session_ids:
+            return []
+        shown = redact_url(self.url)
+        names = ", ".join(session_ids)
+        plural = "s" if len(session_ids) > 1 else ""
+        if parse_store_url(self.url).scheme == "memory":
+            return [
+                f"session{plural} {names} lived in {shown} and {'are' if plural else 'is'} gone"
+                " now (give --store, or set DSH_AGENT_STORE, to keep sessions)"
+            ]
+        command = ["dsh-agent", "sessions", "show", session_ids[0]]
+        if self.url != _quiet_default():
+            command += ["--store", shown]
+        which = "one" if plural else "it"
+        return [
+            f"session{plural} {names} stored in {shown}",
+            f"show {which} with: {' '.join(shlex.quote(part) for part in command)}",
+        ]
+
+
+def _quiet_default() -> str | None:
+    """``default_store()``, or None when it cannot be read (then ``--store`` is named)."""
+    try:
+        return default_store()
+    except ConfigError:
+        return None
 
 
 def make_store(url: str) -> SessionStore:

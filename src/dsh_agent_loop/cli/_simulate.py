@@ -10,6 +10,12 @@ Replies are a pure function of ``(seed, prompt, step)``, never of scheduling, so
 repeats everything but session ids and times. The progress bar counts turns as they reach
 ``agent/turn-stopping`` (a completed turn, just before its ``turn/end``).
 
+Each bar's time is its phase's, on the one clock the summary reads (``time.perf_counter``): a bar
+starts when its phase does and stops when it ends, and the summary's seconds are the stopped
+bars' own elapsed times. So ``creating agents``, ``turns`` and ``checking logs`` show, to the
+hundredth of a second, the summary's ``agents created in``, ``steps ... in`` and ``logs read back
+and checked in``.
+
 Bounding the agents in a turn bounds what the run holds at once besides the agents themselves:
 the frames, requests and stream state of a turn in progress. With every agent mid-turn at once,
 those temporaries (several KB an agent) all exist together, and the allocator keeps their space
@@ -49,9 +55,10 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    Task,
     TaskID,
     TextColumn,
-    TimeElapsedColumn,
 )
 from rich.table import Table
 from rich.text import Text
@@ -228,6 +235,17 @@ class _Counts:
         self.tasks = tuple(tasks)
         self.done = [0] * len(self.tasks)
 
+    def begin(self, index: int) -> None:
+        """Start the clock of bar ``index``: its phase begins."""
+        self.progress.start_task(self.tasks[index])
+
+    def end(self, index: int) -> float:
+        """Stop the clock of bar ``index``; the seconds it shows, which the summary reports."""
+        task_id = self.tasks[index]
+        self.progress.stop_task(task_id)
+        task = next(task for task in self.progress.tasks if task.id == task_id)
+        return task.elapsed or 0.0
+
     def sync(self) -> None:
         """Copy the counts into the bar and redraw it."""
         for task, done in zip(self.tasks, self.done, strict=True):
@@ -273,14 +291,23 @@ async def _read_back(store: SessionStore, session_ids: Sequence[str], counts: _C
     return tally
 
 
+class _PhaseSeconds(ProgressColumn):
+    """A bar's elapsed time as the summary prints it (``0.34 s``); blank before its phase."""
+
+    def render(self, task: Task) -> Text:
+        elapsed = task.elapsed
+        return Text("" if elapsed is None else f"{elapsed:.2f} s", style="progress.elapsed")
+
+
 def _progress(console: Console) -> Progress:
     return Progress(
         TextColumn("{task.description:<16}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TimeElapsedColumn(),
+        _PhaseSeconds(),
         console=console,
         auto_refresh=False,  # redrawn by a trio task: no refresh thread
+        get_time=time.perf_counter,  # the summary's clock: the bars' times are its figures
     )
 
 
@@ -348,12 +375,12 @@ async def _live_run(
         seed=options.seed,
     ) as rt:
         rt.hooks.serial(HOOK_TURN_STOPPING, on_turn_stopping)
-        started = time.perf_counter()
+        counts.begin(_CREATING)
         handles = await _create_agents(rt.agents.create, options.agents, done)
-        create_s = time.perf_counter() - started
-        started = time.perf_counter()
+        create_s = counts.end(_CREATING)
+        counts.begin(_RUNNING)
         await _run_turns(handles, options)
-        wall_s = time.perf_counter() - started
+        wall_s = counts.end(_RUNNING)
         mb_per_agent = (_rss_bytes() - rss_before) / options.agents / 1e6
         run = _Run([h.session_id for h in handles], create_s, wall_s, mb_per_agent)
         del handles
@@ -418,18 +445,18 @@ async def run_simulation(
     counts = _Counts(
         progress,
         (
-            progress.add_task("creating agents", total=options.agents),
-            progress.add_task("turns", total=options.agents * options.turns),
-            progress.add_task("checking logs", total=options.agents),
+            progress.add_task("creating agents", total=options.agents, start=False),
+            progress.add_task("turns", total=options.agents * options.turns, start=False),
+            progress.add_task("checking logs", total=options.agents, start=False),
         ),
     )
     with progress, _collector_paused():
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_refresh, counts)
             run = await _run_agents(options, store, settings, counts, config, tools)
-            started = time.perf_counter()
+            counts.begin(_CHECKING)
             tally = await _read_back(store, run.session_ids, counts)
-            check_s = time.perf_counter() - started
+            check_s = counts.end(_CHECKING)
             counts.sync()
             nursery.cancel_scope.cancel()
     ordered = sorted(tally.step_times)

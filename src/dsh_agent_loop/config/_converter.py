@@ -47,9 +47,10 @@ from ._agents import (
 from ._document import FileShape, PluginEntry, RuntimeConfig
 from ._faults import faults_of, raise_faults, render
 from ._keys import key_names, respell, snake
-from ._mcp import mcp_faults
+from ._mcp import mcp_faults, mcp_tool_prefixes, resolve_mcp_paths
 from ._providers import PROVIDER_CLASSES, PROVIDER_KEYS, ProviderConfig, provider_faults
 from ._rules import Fault, Invalid, KeyPath, ProviderKind, Rule, kind_name
+from ._short_form import as_written, wrapped
 from ._tools import ToolCatalog, tool_faults
 from ._tracing import OtelConfig
 
@@ -413,7 +414,9 @@ def _cross_faults(
         config = plugins[index].get("config")
         if not isinstance(config, Mapping):
             continue
-        yield from tool_faults(config, ("plugins", index, "config"), tool_names, catalog)
+        yield from tool_faults(
+            config, ("plugins", index, "config"), tool_names, catalog, mcp_tool_prefixes(raw)
+        )
         for key in ("agents", "subagents"):
             agents = config.get(key)
             if isinstance(agents, list | tuple):
@@ -473,9 +476,10 @@ def from_raw(
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{label}: expected a mapping at the top level, got {kind_name(raw)}")
     check_nesting(raw, label)
+    written, raw = raw, wrapped(raw)  # the short form, read as the plugin block it stands for
     shape, faults = structure(raw, FileShape)
     faults.extend(_cross_faults(raw, base_dir, known_providers, known_tools, catalog))
-    raise_faults(faults, raw, label)
+    raise_faults(as_written(faults, written), written, label)
     assert isinstance(shape, FileShape)
     plugin = next((entry.config for entry in shape.plugins), LoopConfig())
     agents = tuple(
@@ -495,5 +499,5 @@ def from_raw(
         store=shape.store,
         providers=shape.providers,
         source=label,
-        mcp_servers=shape.mcp_servers,
+        mcp_servers=resolve_mcp_paths(shape.mcp_servers, base_dir),
     )

@@ -1,7 +1,7 @@
 """Key names: how each record's attributes are spelled in the file, and the other spelling.
 
 The plugin block keeps the camelCase keys the TypeScript package spells (``maxParallelToolCalls``;
-docs/design.md#file-shape); ``store`` and
+docs/design.md#file-shape), under the ``plugins`` wrapper or at the top level; ``store`` and
 ``providers`` are snake_case, as the attributes are. Either spelling is read everywhere
 (``max_parallel_tool_calls``, ``baseUrl``), one per key in a mapping; messages and
 ``unstructure`` use the record's own spelling, and an unknown key is answered with the closest
@@ -98,5 +98,13 @@ def closest_key(key: str, keys: Iterable[str]) -> str | None:
 
 
 def allowed_keys(cl: type) -> Iterable[str]:
-    """The keys an ``unknown key`` fault lists: every provider key for a provider record."""
-    return PROVIDER_KEYS if cl in PROVIDER_CLASSES.values() else key_names(cl).values()
+    """The keys an ``unknown key`` fault lists.
+
+    Every provider key for a provider record; at the top level, the plugin block's keys too
+    (the short form, docs/design.md#file-shape).
+    """
+    if cl in PROVIDER_CLASSES.values():
+        return PROVIDER_KEYS
+    if cl is FileShape:
+        return (*key_names(FileShape).values(), *key_names(LoopConfig).values())
+    return key_names(cl).values()

@@ -6,7 +6,8 @@ is refused unread past 1 MiB; the YAML composer counts alias uses and the nodes 
 when expanded, refusing a "billion laughs" document before the constructor builds anything;
 collections nest at most 64 levels, checked while composing (the composer itself recurses) and
 again over a mapping given directly, so depth is a ConfigError naming the key path, never a
-RecursionError.
+RecursionError. A YAML syntax error names its line and column, and a hint when its cause is a
+known mistake (an unquoted value with ``: `` in it, a tab, an unquoted ``*``: ``_yaml_hints.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ._providers import ProviderConfig, provider_faults
 from ._rules import KeyPath, kind_name
 from ._settings import settings_layer
 from ._tools import ToolCatalog
+from ._yaml_hints import yaml_hint
 
 __all__ = ["load_config", "load_provider", "load_settings_file"]
 
@@ -140,7 +142,9 @@ def _parse_yaml(text: str, label: str) -> Any:
         mark = exc.problem_mark or exc.context_mark
         where = f"{mark.line + 1}:{mark.column + 1}: " if mark is not None else ""
         problem = exc.problem or exc.context or "syntax error"
-        raise ConfigError(f"{label}: {where}invalid YAML: {problem}") from None
+        hint = yaml_hint(exc, text)
+        more = f" (hint: {hint})" if hint is not None else ""
+        raise ConfigError(f"{label}: {where}invalid YAML: {problem}{more}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{label}: invalid YAML: {exc}") from None
 

@@ -67,15 +67,32 @@ class _NotStarted(Exception):
 
 @final
 class McpStartError(AgentLoopError):
-    """An MCP server did not start (``rt.start_failures``); ``stderr_tail`` is its last output."""
+    """An MCP server did not start (``rt.start_failures``); ``stderr_tail`` is its last output.
+
+    It names what was started, never a secret: ``command`` (the command and its arguments, as
+    run), ``cwd``, the names of the variables set (``env_names``, no values) or the ``url``.
+    """
 
     code = "MCP_START_FAILED"
 
-    def __init__(self, server: str, problem: str, stderr_tail: str = "") -> None:
+    def __init__(
+        self, server: str, problem: str, stderr_tail: str = "", *, spec: McpServer | None = None
+    ) -> None:
         tail = f"; stderr: {stderr_tail}" if stderr_tail else ""
         super().__init__(f"MCP server {server!r} did not start: {problem}{tail}")
         self.server = server
+        self.problem = problem
+        """What went wrong, without the stderr tail."""
         self.stderr_tail = stderr_tail
+        has_command = spec is not None and spec.command is not None
+        self.command: tuple[str, ...] = (
+            (spec.command, *spec.args) if spec is not None and spec.command is not None else ()
+        )
+        """stdio: the command line run (empty for an HTTP or in-process server)."""
+        self.cwd: str | None = spec.cwd if spec is not None and has_command else None
+        self.env_names: tuple[str, ...] = tuple(spec.env or ()) if spec is not None else ()
+        """The environment variables the spec sets (their values are never kept here)."""
+        self.url: str | None = spec.url if spec is not None else None
 
 
 @final
@@ -124,12 +141,23 @@ def _sdk_problem() -> str | None:
     return None
 
 
+def _leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def _problem(exc: BaseException) -> str:
-    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        return _problem(exc.exceptions[0])
+    exc = _leaf(exc)
     if isinstance(exc, _NotStarted | ListingRefused):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
+
+
+def _exit_problem(status: int) -> str:
+    """Why a process that ended before the handshake did not start."""
+    how = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
+    return f"its process {how} before it finished the MCP handshake"
 
 
 def _tail(errlog: IO[bytes]) -> str:
@@ -188,6 +216,8 @@ class McpConnection:
         self._error = ""
         self._note = ""
         """Why the transport ended the current session, when it did (a message too large)."""
+        self._exit_status: int | None = None
+        """The exit status of the last stdio process, once it has ended."""
         self._starts = 0
         self._calls = 0
         self._tools = 0
@@ -237,9 +267,10 @@ class McpConnection:
         """One session from start to loss; returns the error when it never started."""
         self._lost = self._list_changed = False
         self._note = ""
+        self._exit_status = None
         sdk_problem = _sdk_problem()
         if sdk_problem is not None:
-            return McpStartError(self.spec.name, sdk_problem)
+            return McpStartError(self.spec.name, sdk_problem, spec=self.spec)
         starting = status is not trio.TASK_STATUS_IGNORED
         ready = False
         with tempfile.TemporaryFile() as errlog:
@@ -248,7 +279,7 @@ class McpConnection:
                     listing = await self._start(session)
                     clash = await self._publish(listing, starting)
                     if clash is not None:
-                        return McpStartError(self.spec.name, clash)
+                        return McpStartError(self.spec.name, clash, spec=self.spec)
                     self._use(listing)
                     self._session, ready = session, True
                     self._starts += 1
@@ -259,7 +290,10 @@ class McpConnection:
             except Exception as exc:
                 self._session = None
                 if not ready:
-                    return McpStartError(self.spec.name, _problem(exc), _tail(errlog))
+                    problem = _problem(exc)
+                    if self._exit_status is not None and _is_lost(_leaf(exc)):
+                        problem = _exit_problem(self._exit_status)
+                    return McpStartError(self.spec.name, problem, _tail(errlog), spec=self.spec)
                 self._failed(f"the connection failed ({_problem(exc)}) {_tail(errlog)}".strip())
             finally:
                 self._session = None
@@ -342,7 +376,7 @@ class McpConnection:
         spec = self.spec
         limit = self.limits.mcp_max_message_bytes
         if spec.command is not None:
-            transport = open_stdio(spec, errlog, limit, self._noted)
+            transport = open_stdio(spec, errlog, limit, self._noted, self._ended)
         elif spec.server is not None:
             transport = _in_process(spec.server)
         else:
@@ -355,6 +389,9 @@ class McpConnection:
 
     def _noted(self, problem: str) -> None:
         self._note = problem
+
+    def _ended(self, status: int) -> None:
+        self._exit_status = status
 
     async def _on_message(self, message: Any) -> None:
         """The SDK's message handler: note a list change or a transport failure, never block."""

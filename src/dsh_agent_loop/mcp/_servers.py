@@ -6,6 +6,12 @@ that fails to start is reported, never raised: the runtime records it in ``start
 the other servers and agents start as usual. Each server's tools are registered as runtime
 tools and replaced as a whole when the server's list changes.
 
+An agent needs the servers its tools come from: every server when its options name no subset,
+else the servers whose tool prefix starts one of its names (``files__read``, or ``files__*``
+for all of that server's tools). ``agent_tools`` expands those names against the live
+listings, and raises the server's ``McpStartError`` when one the agent needs did not start, so
+the runtime records the agent as a start failure instead of running it without its tools.
+
 A tool name is never taken silently. At start, a server tool named like a runtime tool, a
 built-in or another server's tool is that server's start failure, naming both; servers are
 started at once but claim their names in the order they were given, so which one fails does
@@ -22,6 +28,7 @@ from typing import Final, final
 import attrs
 import trio
 
+from .._errors import InvalidOptionError
 from .._limits import DEFAULT_LIMITS, Limits
 from .._tools.base import Tool
 from ._connection import McpConnection, McpStartError
@@ -77,6 +84,8 @@ class McpServers:
         self._disposers: dict[str, list[Callable[[], None]]] = {}
         self._owners: dict[str, str] = {}
         """Runtime tool name → the server whose tool it is."""
+        self.failures: dict[str, McpStartError] = {}
+        """Servers that did not start, by name."""
 
     async def start(self, add_tool: AddTool, taken: Taken = _nothing_taken) -> list[McpStartError]:
         """Start every server at once; returns the failures (their tools are not added).
@@ -107,6 +116,7 @@ class McpServers:
             else:
                 self._replace(spec.name, (), add_tool)
                 failures.append(error)
+                self.failures[spec.name] = error
 
         async with trio.open_nursery() as starting:
             for index, spec in enumerate(specs):
@@ -148,6 +158,57 @@ class McpServers:
             del self._owners[name]
         self._disposers[server] = [add_tool(tool) for tool in tools]
         self._owners.update((tool.name, server) for tool in tools)
+
+    def _server_of(self, name: str) -> McpServer | None:
+        """The server whose (non-empty) prefix starts ``name``, the longest; else the owner's."""
+        matches = [
+            spec
+            for spec in self._servers.values()
+            if spec.tool_prefix and name.startswith(spec.tool_prefix)
+        ]
+        if matches:
+            return max(matches, key=lambda spec: len(spec.tool_prefix))
+        owner = self._owners.get(name)
+        return None if owner is None else self._servers[owner]
+
+    def agent_tools(self, names: Sequence[str] | None) -> tuple[str, ...] | None:
+        """An agent's tool names with each ``<prefix>*`` expanded to that server's tools.
+
+        Names of no server are kept as they are. None (every runtime tool) needs every server.
+
+        Raises:
+            McpStartError: a server the agent needs did not start (the server's own error).
+            InvalidOptionError: a name the server it points at does not offer.
+        """
+        if names is None:
+            for error in self.failures.values():
+                raise error
+            return None
+        out: list[str] = []
+        for name in names:
+            spec = self._server_of(name)
+            if spec is None:
+                out.append(name)
+                continue
+            if spec.name in self.failures:
+                raise self.failures[spec.name]
+            offered = [tool for tool, owner in self._owners.items() if owner == spec.name]
+            if name == f"{spec.tool_prefix}*":
+                out.extend(offered)
+            elif name in offered:
+                out.append(name)
+            else:
+                raise InvalidOptionError(self._not_offered(spec, name, offered))
+        return tuple(dict.fromkeys(out))  # a tool named and matched by a '*' is listed once
+
+    def _not_offered(self, spec: McpServer, name: str, offered: Sequence[str]) -> str:
+        own = name.removeprefix(spec.tool_prefix)
+        connection = self.connections.get(spec.name)
+        skipped = connection.skipped.get(own) if connection is not None else None
+        if skipped is not None:
+            return f"MCP server {spec.name!r} skipped its tool {own!r}: {skipped}"
+        has = ", ".join(t.removeprefix(spec.tool_prefix) for t in offered) or "none"
+        return f"MCP server {spec.name!r} has no tool {own!r} (it offers: {has})"
 
     def statistics(self) -> McpServersStatistics:
         """Totals over the live connections."""

@@ -132,11 +132,16 @@ async def _stop(process: trio.Process) -> None:
 
 @contextlib.asynccontextmanager
 async def open_stdio(
-    spec: McpServer, errlog: IO[bytes], limit: int, note: Callable[[str], None]
+    spec: McpServer,
+    errlog: IO[bytes],
+    limit: int,
+    note: Callable[[str], None],
+    ended: Callable[[int], None] = lambda status: None,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Start ``spec``'s process; yields the session's (read, write) streams.
 
-    ``note`` hears why the transport ended a connection (a message too large to answer).
+    ``note`` hears why the transport ended a connection (a message too large to answer);
+    ``ended`` hears the process's exit status once it has gone.
     """
     import anyio
     from mcp.client.stdio import get_default_environment
@@ -176,3 +181,5 @@ async def open_stdio(
             if process.returncode is None:
                 await _stop(process)
             await process.stdout.aclose()
+            if process.returncode is not None:
+                ended(process.returncode)
