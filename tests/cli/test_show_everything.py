@@ -111,7 +111,8 @@ def test_a_call_waiting_for_approval_reads_as_waiting_in_show_and_list(tmp_path:
     assert "waiting for approval: 1 tool call" in out.splitlines()[:4]
     assert re.search(
         r"^  call-1: write_file \{\"path\": \"out.txt\", \"content\": \"hi\"\}; "
-        r"decide with: dsh-agent approve s1 call-1 \(or deny\)$",
+        r"decide with: dsh-agent approve s1 call-1 --store sqlite:///a.db "
+        r"\(or deny: dsh-agent deny s1 call-1 --store sqlite:///a.db\)$",
         out,
         re.MULTILINE,
     ), out
@@ -123,6 +124,17 @@ def test_a_call_waiting_for_approval_reads_as_waiting_in_show_and_list(tmp_path:
     assert lines[-1] == "turn 1 stopped to wait for approval of 1 tool call"
     assert "1 turn (1 stopped for approval)" in out
     assert "tool/approval-requested" not in out
+    # Given the config, the printed command names it (its providers run the continuation),
+    # and it decides the call as printed.
+    with_config = cli("sessions", "show", "s1", "--config", "a.yaml", cwd=tmp_path)
+    printed = re.search(r"decide with: (dsh-agent approve [^(]+) \(or deny: ", with_config.stdout)
+    assert printed is not None, with_config.stdout
+    assert printed.group(1) == "dsh-agent approve s1 call-1 --config a.yaml"
+    decided = cli(*printed.group(1).split()[1:], cwd=tmp_path)
+    # (3: the scripted model, fresh in this process, starts its script over and asks again)
+    assert decided.returncode in (0, 3), decided.stderr
+    assert "approved" in decided.stdout
+    assert (tmp_path / "out.txt").read_text(encoding="utf-8") == "hi"
     assert "awaiting-approval" not in out
 
     listed = cli("sessions", "list", "--store", "sqlite:///a.db", cwd=tmp_path)

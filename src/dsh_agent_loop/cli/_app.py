@@ -98,6 +98,13 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _workers(text: str) -> int:
+    value = _non_negative_int(text)
+    if value > 64:  # _sim_workers.MAX_WORKERS
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to 64, got {text!r}")
+    return value
+
+
 def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     group = common.add_argument_group("common options")
@@ -255,6 +262,15 @@ def _add_simulate(verbs: Any, common: argparse.ArgumentParser) -> None:
     )
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
+    sim.add_argument(
+        "--workers",
+        type=_workers,
+        default=1,
+        metavar="N",
+        help="worker processes, each running a shard of the agents (needs --store memory:;"
+        " default 1: this process; 0: one per CPU)",
+    )
+    sim.add_argument("--shard", help=argparse.SUPPRESS)  # a worker's own: _sim_workers.py
     _add_tool_option(sim)
     _add_permission_mode(sim)
     sim.set_defaults(handler=_simulate_verb)
@@ -398,13 +414,15 @@ def _sessions_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
         tty = sys.stdout.isatty()
         return _sessions.list_sessions(store, url, console, tty=tty, tree=args.tree)
     if verb == "show":
-        return _sessions.show_session(store, url, args.session_id, console)
+        config = getattr(args, "config", None)
+        return _sessions.show_session(store, url, args.session_id, console, config=config)
     if verb == "check":
         return _sessions.check_session(store, url, args.session_id, console)
     return _sessions.export_session(store, url, args.session_id, args.output)
 
 
 def _simulate_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
+    from ._sim_workers import parse_shard, run_shard, run_workers, shard_count
     from ._simulate import (
         SimOptions,
         exit_code,
@@ -423,7 +441,7 @@ def _simulate_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
     guard.add_store_url(url)
     store = make_store(url)
     console, errors = _consoles(guard)
-    if config is not None and config.agents:
+    if config is not None and config.agents and args.shard is None:
         declared = ", ".join(entry.id for entry in config.agents)
         errors.print(
             f"simulate: {config.source}: its agents ({declared}) are not run; the simulated"
@@ -439,17 +457,38 @@ def _simulate_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
         latency_ms=args.latency_ms,
         seed=args.seed,
         concurrency=args.concurrency,
+        workers=shard_count(args.workers, args.agents, url),
     )
     with skip_exit_collection():
-        summary = trio.run(
-            lambda: run_simulation(
-                options, store, url, settings, console, config=config, tools=tools
+        if args.shard is not None:  # one worker of ``--workers N``
+            return run_shard(parse_shard(args.shard), options, store, settings, config, tools)
+        if options.workers > 1:
+            summary = run_workers(options, url, _worker_command(args, url), console, errors)
+            if summary is None:
+                return EXIT_FAILED  # which worker failed is on stderr
+        else:
+            summary = trio.run(
+                lambda: run_simulation(
+                    options, store, url, settings, console, config=config, tools=tools
+                )
             )
-        )
     print_summary(summary, console)
     if args.json is not None:
         write_json(summary, args.json)
     return exit_code(summary)
+
+
+def _worker_command(args: argparse.Namespace, url: str) -> list[str]:
+    """The ``simulate`` command line of a worker of ``args``, short of its ``--shard``."""
+    command = [sys.executable, "-m", "dsh_agent_loop.cli", "simulate", "--store", url]
+    for name in ("agents", "turns", "tools", "latency_ms", "concurrency", "seed"):
+        command += [f"--{name.replace('_', '-')}", repr(getattr(args, name))]
+    for name in ("config", "permission_mode"):
+        if getattr(args, name, None) is not None:
+            command += [f"--{name.replace('_', '-')}", getattr(args, name)]
+    for ref in args.tool_refs or ():
+        command += ["--tool", ref]
+    return [*command, "--debug"] if getattr(args, "debug", False) else command
 
 
 def _bench_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
@@ -37,7 +38,14 @@ from .._errors import SessionNotFoundError, StoreError
 from .._session.store import SessionInfo, SessionStore
 from ..events import Event, event_to_json
 from ._render import reason_text
-from ._setup import EXIT_FAILED, EXIT_OK, CliError, missing_local_store
+from ._setup import (
+    EXIT_FAILED,
+    EXIT_OK,
+    CliError,
+    config_store_url,
+    missing_local_store,
+    store_args,
+)
 from ._terminal import json_visible, redact_url, visible
 from ._transcript import pending_approvals, totals, transcript_lines
 from ._tree_layout import fits, stacked_rows
@@ -235,8 +243,20 @@ def _print_rows(
     return EXIT_OK
 
 
-def show_session(store: SessionStore, url: str, session_id: str, console: Console) -> int:
-    """Print the session in plain words: header, totals, then one line per stored event."""
+def show_session(
+    store: SessionStore,
+    url: str,
+    session_id: str,
+    console: Console,
+    *,
+    config: str | None = None,
+) -> int:
+    """Print the session in plain words: header, totals, then one line per stored event.
+
+    A call waiting for approval is listed with the ``approve``/``deny`` commands that decide it:
+    with ``--config`` when ``sessions show`` was given one (the continuation needs the config's
+    providers), and with ``--store`` when that command would not find the store by itself.
+    """
     header, events = _load(store, session_id, url)
     title = (
         f"session {session_id}  agent {header.get('agent_id', '?')}  "
@@ -251,7 +271,11 @@ def show_session(store: SessionStore, url: str, session_id: str, console: Consol
     for request in pending_approvals(events):
         call_id = str(request.get("call_id"))
         arguments = json.dumps(request.get("arguments"), ensure_ascii=False, default=_json_default)
-        decide = f"dsh-agent approve {session_id} {call_id} (or deny)"
+        where = ["--config", config] if config is not None else []
+        if config is None or url != config_store_url(config):
+            where += store_args(url)
+        command = shlex.join([session_id, call_id, *where])
+        decide = f"dsh-agent approve {command} (or deny: dsh-agent deny {command})"
         line = f"  {call_id}: {request.get('name')} {arguments}; decide with: {decide}"
         console.print(Text(visible(line), style="yellow"), soft_wrap=True)
     for line in transcript_lines(events):

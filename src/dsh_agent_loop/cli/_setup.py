@@ -56,6 +56,7 @@ __all__ = [
     "make_store",
     "missing_local_store",
     "settings_path",
+    "store_args",
     "store_url",
     "with_cli_tools",
     "with_session",
@@ -299,14 +300,21 @@ class StoredAt:
                 f"session{plural} {names} lived in {shown} and {'are' if plural else 'is'} gone"
                 " now (give --store, or set DSH_AGENT_STORE, to keep sessions)"
             ]
-        command = ["dsh-agent", "sessions", "show", session_ids[0]]
-        if self.url != _quiet_default():
-            command += ["--store", shown]
+        command = ["dsh-agent", "sessions", "show", session_ids[0], *store_args(self.url)]
         which = "one" if plural else "it"
         return [
             f"session{plural} {names} stored in {shown}",
             f"show {which} with: {' '.join(shlex.quote(part) for part in command)}",
         ]
+
+
+def store_args(url: str) -> list[str]:
+    """``["--store", URL]`` (password as ``***``) when a verb given no store would not find ``url``.
+
+    A command printed for the user to run names the store only when it must: when ``url`` is not
+    what ``default_store`` resolves to (or that cannot be read).
+    """
+    return [] if url == _quiet_default() else ["--store", redact_url(url)]
 
 
 def _quiet_default() -> str | None:

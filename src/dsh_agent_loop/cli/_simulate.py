@@ -5,6 +5,9 @@ work between concurrent creations: SQLite takes their ownership in one transacti
 prompted: at most ``--concurrency`` agents run their turns at the same time (each is given all its
 prompts at once, one queued prompt per turn, and the next agent is prompted when one goes idle;
 ``--concurrency 0`` prompts every agent at once). All agents stay alive until every one is idle.
+A run may be one shard of a larger one (``SimOptions.workers`` > 1): agents ``sim-k`` with
+``k % workers == shard`` only, with the same ids and prompts (``_sim_workers.py`` runs the
+shards in worker processes and merges their figures).
 Each turn is ``--tools`` steps that call the built-in ``sim_tool`` and a final text step.
 Replies are a pure function of ``(seed, prompt, step)``, never of scheduling, so a seeded run
 repeats everything but session ids and times. The progress bar counts turns as they reach
@@ -39,7 +42,7 @@ lives until its end, so a collection during it could only walk live objects.
 from __future__ import annotations
 
 import gc
-import json
+import hashlib
 import os
 import resource
 import sys
@@ -60,7 +63,6 @@ from rich.progress import (
     TaskID,
     TextColumn,
 )
-from rich.table import Table
 from rich.text import Text
 
 from .. import invariants
@@ -70,26 +72,54 @@ from .._runtime import open_runtime
 from .._session.store import SessionStore
 from .._tools.base import Tool
 from ..config import RuntimeConfig
-from ..events import HOOK_TURN_STOPPING, STEP_END, STEP_START, TURN_END, Event
+from ..events import (
+    ASSISTANT_MESSAGE,
+    HOOK_TURN_STOPPING,
+    STEP_END,
+    STEP_START,
+    TOOL_CALL,
+    TURN_END,
+    USER_MESSAGE,
+    Event,
+)
 from ..llm import ScriptedModel
-from ._setup import EXIT_FAILED, EXIT_OK
 from ._sim_script import SimScript, sim_tool
+from ._sim_summary import (
+    DEFAULT_CONCURRENCY,
+    DIGEST_MODULUS,
+    SimSummary,
+    exit_code,
+    percentile,
+    print_summary,
+    write_json,
+)
 from ._terminal import redact_url
 
 __all__ = [
+    "CHECKING",
+    "CREATING",
+    "DEFAULT_CONCURRENCY",
+    "RUNNING",
+    "Counts",
+    "LiveRun",
     "SimOptions",
     "SimScript",
     "SimSummary",
+    "Tally",
+    "exit_code",
+    "print_summary",
+    "refresh",
     "run_simulation",
+    "sim_bars",
     "sim_config",
     "sim_tool",
+    "simulate",
     "skip_exit_collection",
+    "write_json",
 ]
 
 #: Provider name of the simulated model.
 SIM_PROVIDER: Final = "sim"
-#: Agents running a turn at the same time unless ``--concurrency`` says otherwise.
-DEFAULT_CONCURRENCY: Final = 256
 #: Seconds between progress redraws.
 REFRESH_INTERVAL: Final = 0.1
 #: Agents created at the same time.
@@ -108,50 +138,15 @@ class SimOptions:
     seed: int = 0
     concurrency: int = DEFAULT_CONCURRENCY
     """Agents running a turn at the same time (0: every agent at once)."""
-
-
-@final
-@attrs.frozen
-class SimSummary:
-    """The figures ``simulate`` reports (also its ``--json`` record)."""
-
-    store: str
-    """The store URL, its password shown as ``***``."""
-    agents: int
-    turns_total: int
-    turns_completed: int
-    turn_ends: Mapping[str, int]
-    events: int
-    steps: int
-    wall_s: float
-    """Seconds from prompting every agent to all of them idle."""
-    create_s: float
-    """Seconds spent creating the agents (before prompting)."""
-    close_s: float
-    """Seconds spent closing the runtime (disposing the idle agents, closing the store)."""
-    check_s: float
-    """Seconds spent reading every session back and checking it."""
-    steps_per_s: float
-    step_p50_ms: float
-    step_p99_ms: float
-    mb_per_agent: float
-    """Resident memory growth per live agent."""
-    violations: int
-    violation_samples: tuple[str, ...]
-    seed: int
-    tools: int
-    latency_ms: float
-    concurrency: int = DEFAULT_CONCURRENCY
-    """Agents running a turn at the same time (0: every agent at once)."""
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON record."""
-        return attrs.asdict(self, recurse=True)
+    shard: int = 0
+    """The shard this process runs: agents ``sim-k`` with ``k % workers == shard``."""
+    workers: int = 1
+    """Shards the agents are split into, one worker process each (``--workers``)."""
 
     @property
-    def ok(self) -> bool:
-        """Every turn completed and no invariant was violated."""
-        return self.violations == 0 and self.turns_completed == self.turns_total
+    def numbers(self) -> range:
+        """The numbers ``k`` of this shard's agents ``sim-k``."""
+        return range(self.shard, self.agents, self.workers)
 
 
 def _rss_bytes() -> int:
@@ -163,15 +158,8 @@ def _rss_bytes() -> int:
         return peak if sys.platform == "darwin" else peak * 1024
 
 
-def _percentile(ordered: Sequence[float], fraction: float) -> float:
-    if not ordered:
-        return 0.0
-    index = min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))
-    return ordered[index]
-
-
 @attrs.define
-class _Tally:
+class Tally:
     """What reading the stored sessions back found."""
 
     events: int = 0
@@ -180,12 +168,18 @@ class _Tally:
     samples: list[str] = attrs.field(factory=list)
     step_times: list[float] = attrs.field(factory=list)
     turn_ends: dict[str, int] = attrs.field(factory=dict)
+    digest: int = 0
+    """The sum of the sessions' conversation digests (``SimSummary.replies_digest``)."""
 
     def add(self, session_id: str, events: Sequence[Event]) -> None:
+        """Count, time and check one session's ``events``."""
         self.events += len(events)
         started: float | None = None
+        conversation = hashlib.blake2b(digest_size=8)
         for event in events:
-            if event.type == STEP_START:
+            if event.type in _SPOKEN:
+                conversation.update(_spoken(event))
+            elif event.type == STEP_START:
                 started = event.time
             elif event.type == STEP_END:
                 self.steps += 1
@@ -195,10 +189,25 @@ class _Tally:
             elif event.type == TURN_END:
                 kind = str((event.data.get("reason") or {}).get("kind", "?"))
                 self.turn_ends[kind] = self.turn_ends.get(kind, 0) + 1
+        self.digest = (self.digest + int.from_bytes(conversation.digest())) % DIGEST_MODULUS
         found = invariants.check(events)
         self.violations += len(found)
         for violation in found[: max(0, 5 - len(self.samples))]:
             self.samples.append(f"{session_id}: {violation}")
+
+
+#: What ``Tally.digest`` reads: prompts, replies and tool calls (no ids, no times).
+_SPOKEN: Final = frozenset({USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_CALL})
+
+
+def _spoken(event: Event) -> bytes:
+    """The words of a prompt or a reply, or a tool call's name and arguments."""
+    data = event.data
+    if event.type == TOOL_CALL:
+        return f"{event.type}|{data.get('name')}|{data.get('arguments')}|".encode()
+    content = (data.get("message") or {}).get("content") or ()
+    texts = (block.get("text", "") for block in content if block.get("type") == "text")
+    return f"{event.type}|{'|'.join(texts)}|".encode()
 
 
 @contextmanager
@@ -220,8 +229,7 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-@final
-class _Counts:
+class Counts:
     """Progress as plain counters: the run bumps an int, the redraw task copies them over.
 
     A ``Progress.advance`` per agent and per turn (a lock and a clock read each) is 300,000
@@ -253,11 +261,12 @@ class _Counts:
         self.progress.refresh()
 
 
-#: Index of each bar in ``_Counts.done``.
-_CREATING, _RUNNING, _CHECKING = 0, 1, 2
+#: Index of each bar in ``Counts.done``.
+CREATING, RUNNING, CHECKING = 0, 1, 2
 
 
-async def _refresh(counts: _Counts) -> None:
+async def refresh(counts: Counts) -> None:
+    """Redraw ``counts`` every ``REFRESH_INTERVAL`` seconds until cancelled."""
     while True:
         counts.sync()
         await trio.sleep(REFRESH_INTERVAL)
@@ -267,8 +276,8 @@ async def _refresh(counts: _Counts) -> None:
 _READERS: Final = 64
 
 
-async def _read_back(store: SessionStore, session_ids: Sequence[str], counts: _Counts) -> _Tally:
-    tally = _Tally()
+async def _read_back(store: SessionStore, session_ids: Sequence[str], counts: Counts) -> Tally:
+    tally = Tally()
     done = counts.done
     remaining = iter(session_ids)
 
@@ -279,7 +288,7 @@ async def _read_back(store: SessionStore, session_ids: Sequence[str], counts: _C
                 tally.add(session_id, await handle.read())
             finally:
                 await handle.close()
-            done[_CHECKING] += 1
+            done[CHECKING] += 1
 
     try:
         async with trio.open_nursery() as nursery:
@@ -312,14 +321,16 @@ def _progress(console: Console) -> Progress:
 
 
 @attrs.define
-class _Run:
+class LiveRun:
     """What the live part of the run measured."""
 
     session_ids: list[str]
     create_s: float
     wall_s: float
-    mb_per_agent: float
+    rss_growth: int
+    """Bytes of resident memory the run added, its agents alive and idle."""
     close_s: float = 0.0
+    check_s: float = 0.0
 
 
 def sim_config(config: RuntimeConfig | None) -> RuntimeConfig | None:
@@ -334,10 +345,10 @@ async def _run_agents(
     options: SimOptions,
     store: SessionStore,
     settings: Mapping[str, Any],
-    counts: _Counts,
+    counts: Counts,
     config: RuntimeConfig | None = None,
     tools: Sequence[Tool] = (),
-) -> _Run:
+) -> LiveRun:
     """Create the agents, run their turns, wait until all are idle, close the runtime."""
     model = ScriptedModel(
         [SimScript(options.seed, options.tools).reply],
@@ -354,17 +365,17 @@ async def _live_run(
     options: SimOptions,
     store: SessionStore,
     settings: Mapping[str, Any],
-    counts: _Counts,
+    counts: Counts,
     model: ScriptedModel,
     config: RuntimeConfig | None,
     tools: Sequence[Tool],
     rss_before: int,
-) -> _Run:
+) -> LiveRun:
     """The live part of ``_run_agents``: create, prompt, wait until idle, close."""
     done = counts.done
 
     async def on_turn_stopping(payload: object) -> None:
-        done[_RUNNING] += 1
+        done[RUNNING] += 1
 
     async with open_runtime(
         sim_config(config),
@@ -375,14 +386,14 @@ async def _live_run(
         seed=options.seed,
     ) as rt:
         rt.hooks.serial(HOOK_TURN_STOPPING, on_turn_stopping)
-        counts.begin(_CREATING)
-        handles = await _create_agents(rt.agents.create, options.agents, done)
-        create_s = counts.end(_CREATING)
-        counts.begin(_RUNNING)
+        counts.begin(CREATING)
+        handles = await _create_agents(rt.agents.create, options.numbers, done)
+        create_s = counts.end(CREATING)
+        counts.begin(RUNNING)
         await _run_turns(handles, options)
-        wall_s = counts.end(_RUNNING)
-        mb_per_agent = (_rss_bytes() - rss_before) / options.agents / 1e6
-        run = _Run([h.session_id for h in handles], create_s, wall_s, mb_per_agent)
+        wall_s = counts.end(RUNNING)
+        rss_growth = _rss_bytes() - rss_before
+        run = LiveRun([h.session_id for h in handles], create_s, wall_s, rss_growth)
         del handles
         closing = time.perf_counter()
     run.close_s = time.perf_counter() - closing
@@ -390,24 +401,24 @@ async def _live_run(
 
 
 async def _create_agents(
-    create: Callable[..., Awaitable[AgentHandle]], agents: int, done: list[int]
+    create: Callable[..., Awaitable[AgentHandle]], numbers: range, done: list[int]
 ) -> list[AgentHandle]:
-    """Create agents ``sim-0 … sim-<agents-1>``, ``_CREATORS`` at a time; their handles in order.
+    """Create agents ``sim-<n>`` for ``n`` in ``numbers``, ``_CREATORS`` at a time, in order.
 
     Creations made concurrently let a store share its work between them (SQLite takes the
     ownership of the sessions queued meanwhile in one transaction).
     """
-    handles: list[AgentHandle | None] = [None] * agents
-    pending = iter(range(agents))
+    handles: list[AgentHandle | None] = [None] * len(numbers)
+    pending = iter(enumerate(numbers))
 
     async def creator() -> None:
-        for n in pending:
+        for i, n in pending:
             agent_options = AgentOptions(id=f"sim-{n}", provider=SIM_PROVIDER, model="sim")
-            handles[n] = await create(options=agent_options)
-            done[_CREATING] += 1
+            handles[i] = await create(options=agent_options)
+            done[CREATING] += 1
 
     async with trio.open_nursery() as nursery:
-        for _ in range(min(_CREATORS, agents)):
+        for _ in range(min(_CREATORS, len(numbers))):
             nursery.start_soon(creator)
     return [handle for handle in handles if handle is not None]
 
@@ -415,7 +426,7 @@ async def _create_agents(
 async def _run_turns(handles: Sequence[AgentHandle], options: SimOptions) -> None:
     """Prompt every agent, at most ``options.concurrency`` in a turn at once; wait until idle."""
     turns = range(1, options.turns + 1)
-    pending = iter(enumerate(handles))
+    pending = iter(zip(options.numbers, handles, strict=True))
 
     async def prompter() -> None:
         for n, handle in pending:
@@ -430,6 +441,43 @@ async def _run_turns(handles: Sequence[AgentHandle], options: SimOptions) -> Non
             nursery.start_soon(prompter)
 
 
+def sim_bars(console: Console, options: SimOptions) -> Counts:
+    """The three bars of a run of every agent of ``options``, not started, on ``console``."""
+    progress = _progress(console)
+    return Counts(
+        progress,
+        (
+            progress.add_task("creating agents", total=options.agents, start=False),
+            progress.add_task("turns", total=options.agents * options.turns, start=False),
+            progress.add_task("checking logs", total=options.agents, start=False),
+        ),
+    )
+
+
+async def simulate(
+    options: SimOptions,
+    store: SessionStore,
+    settings: Mapping[str, Any],
+    counts: Counts,
+    config: RuntimeConfig | None = None,
+    tools: Sequence[Tool] = (),
+) -> tuple[LiveRun, Tally]:
+    """Run this shard's agents, then read their sessions back, the collector paused throughout.
+
+    ``counts`` is redrawn meanwhile; its bars are begun and ended with their phases.
+    """
+    with _collector_paused():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(refresh, counts)
+            run = await _run_agents(options, store, settings, counts, config, tools)
+            counts.begin(CHECKING)
+            tally = await _read_back(store, run.session_ids, counts)
+            run.check_s = counts.end(CHECKING)
+            counts.sync()
+            nursery.cancel_scope.cancel()
+    return run, tally
+
+
 async def run_simulation(
     options: SimOptions,
     store: SessionStore,
@@ -440,25 +488,10 @@ async def run_simulation(
     config: RuntimeConfig | None = None,
     tools: Sequence[Tool] = (),
 ) -> SimSummary:
-    """Run the simulation, then read every session back; returns the summary."""
-    progress = _progress(console)
-    counts = _Counts(
-        progress,
-        (
-            progress.add_task("creating agents", total=options.agents, start=False),
-            progress.add_task("turns", total=options.agents * options.turns, start=False),
-            progress.add_task("checking logs", total=options.agents, start=False),
-        ),
-    )
-    with progress, _collector_paused():
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_refresh, counts)
-            run = await _run_agents(options, store, settings, counts, config, tools)
-            counts.begin(_CHECKING)
-            tally = await _read_back(store, run.session_ids, counts)
-            check_s = counts.end(_CHECKING)
-            counts.sync()
-            nursery.cancel_scope.cancel()
+    """Run the simulation in this process, then read every session back; returns the summary."""
+    counts = sim_bars(console, options)
+    with counts.progress:
+        run, tally = await simulate(options, store, settings, counts, config, tools)
     ordered = sorted(tally.step_times)
     return SimSummary(
         store=redact_url(url),
@@ -471,17 +504,18 @@ async def run_simulation(
         wall_s=run.wall_s,
         create_s=run.create_s,
         close_s=run.close_s,
-        check_s=check_s,
+        check_s=run.check_s,
         steps_per_s=tally.steps / run.wall_s if run.wall_s > 0 else 0.0,
-        step_p50_ms=_percentile(ordered, 0.50) * 1000,
-        step_p99_ms=_percentile(ordered, 0.99) * 1000,
-        mb_per_agent=run.mb_per_agent,
+        step_p50_ms=percentile(ordered, 0.50) * 1000,
+        step_p99_ms=percentile(ordered, 0.99) * 1000,
+        mb_per_agent=run.rss_growth / options.agents / 1e6,
         violations=tally.violations,
         violation_samples=tuple(tally.samples),
         seed=options.seed,
         tools=options.tools,
         latency_ms=options.latency_ms,
         concurrency=options.concurrency,
+        replies_digest=f"{tally.digest:016x}",
     )
 
 
@@ -507,61 +541,3 @@ def skip_exit_collection() -> Iterator[None]:
         gc.freeze()
         if enabled:
             gc.enable()
-
-
-def print_summary(summary: SimSummary, console: Console) -> None:
-    """The summary table, then any violation samples and unfinished turns."""
-    # The store URL on a line of its own: a table title would wrap it at the table's width.
-    console.print(Text(f"simulate on {summary.store}", style="bold"), soft_wrap=True)
-    table = Table()
-    table.add_column("", style="bold", no_wrap=True)
-    table.add_column("", justify="right", overflow="fold")
-    table.show_header = False
-    rows = (
-        ("agents", f"{summary.agents:,}"),
-        ("turns completed", f"{summary.turns_completed:,} / {summary.turns_total:,}"),
-        ("events", f"{summary.events:,}"),
-        ("steps", f"{summary.steps:,} in {summary.wall_s:.2f} s"),
-        ("steps/s", f"{summary.steps_per_s:,.0f}"),
-        ("step latency p50", f"{summary.step_p50_ms:.1f} ms"),
-        ("step latency p99", f"{summary.step_p99_ms:.1f} ms"),
-        ("RSS per live agent", f"{summary.mb_per_agent:.3f} MB"),
-        ("violations", str(summary.violations)),
-    )
-    for name, value in rows:
-        table.add_row(name, value)
-    console.print(table)
-    console.print(
-        f"agents created in {summary.create_s:.2f} s, runtime closed in {summary.close_s:.2f} s, "
-        f"logs read back and checked in {summary.check_s:.2f} s; seed {summary.seed}, "
-        f"{summary.tools} tool steps per turn, {summary.latency_ms:g} ms per chunk, "
-        f"{_width(summary)} in a turn at once",
-        soft_wrap=True,
-        highlight=False,
-    )
-    for sample in summary.violation_samples:
-        console.print(f"violation: {sample}", soft_wrap=True, markup=False, highlight=False)
-    if summary.turns_completed != summary.turns_total:
-        ends = ", ".join(f"{kind} {count}" for kind, count in summary.turn_ends.items())
-        console.print(f"not every turn completed: {ends}", soft_wrap=True, markup=False)
-
-
-def _width(summary: SimSummary) -> str:
-    if summary.concurrency and summary.concurrency < summary.agents:
-        return f"at most {summary.concurrency:,} agents"
-    return "every agent"
-
-
-def exit_code(summary: SimSummary) -> int:
-    """1 only on invariant violations; turns that did not complete are reported.
-
-    See docs/design.md#exit-codes.
-    """
-    return EXIT_FAILED if summary.violations else EXIT_OK
-
-
-def write_json(summary: SimSummary, path: str) -> None:
-    """Write the summary as JSON to ``path``."""
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(summary.to_json(), f, indent=2)
-        f.write("\n")
