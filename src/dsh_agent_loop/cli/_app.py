@@ -28,7 +28,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import trio
-from rich.console import Console
 
 from .. import __version__
 from .._compose import load_config
@@ -52,7 +51,7 @@ from ._setup import (
     with_cli_tools,
     with_session,
 )
-from ._terminal import TerminalGuard, redact, visible
+from ._terminal import TerminalGuard, consoles, redact, visible
 from ._trace import TRACE_CHOICES, start_tracing
 
 __all__ = ["build_parser", "main"]
@@ -304,17 +303,6 @@ def build_parser() -> argparse.ArgumentParser:
 # -- verbs ------------------------------------------------------------------------------------
 
 
-def _consoles(guard: TerminalGuard) -> tuple[Console, Console]:
-    out = Console(highlight=False)
-    if not out.is_terminal:
-        # Piped or redirected: tables keep their full cells instead of 80-column truncation.
-        out = Console(highlight=False, width=max(out.width, 160))
-    errors = Console(stderr=True, highlight=False)
-    out.push_render_hook(guard)
-    errors.push_render_hook(guard)
-    return out, errors
-
-
 def _run_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
     from ._run import read_prompt, run_agents, select_agents
 
@@ -333,7 +321,7 @@ def _run_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
     url = store_url(option, config)
     guard.add_store_url(url)
     store = make_store(url)
-    console, errors = _consoles(guard)
+    console, errors = consoles(guard)
     config = start_tracing(config, args.trace, errors, guard.clean)
     hint = ResumeHint(
         config=path,
@@ -381,7 +369,7 @@ def _chat_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
     url = store_url(getattr(args, "store", None), config)
     guard.add_store_url(url)
     store = make_store(url)
-    console, errors = _consoles(guard)
+    console, errors = consoles(guard)
     config = start_tracing(config, args.trace, errors, guard.clean)
     return trio.run(
         lambda: chat(
@@ -408,7 +396,7 @@ def _sessions_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
     url = store_url(option, configured)
     guard.add_store_url(url)
     store = make_store(url)
-    console, _ = _consoles(guard)
+    console, _ = consoles(guard)
     verb = args.sessions_verb
     if verb == "list":
         tty = sys.stdout.isatty()
@@ -440,7 +428,7 @@ def _simulate_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
     url = store_url(getattr(args, "store", None), config)
     guard.add_store_url(url)
     store = make_store(url)
-    console, errors = _consoles(guard)
+    console, errors = consoles(guard)
     if config is not None and config.agents and args.shard is None:
         declared = ", ".join(entry.id for entry in config.agents)
         errors.print(
@@ -495,7 +483,7 @@ def _bench_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
     from ._bench import bench
 
     load_cli_config(getattr(args, "config", None))
-    console, errors = _consoles(guard)
+    console, errors = consoles(guard)
     return bench(args.quick, args.json, console, check=args.check, errors=errors)
 
 

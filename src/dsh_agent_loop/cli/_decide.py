@@ -69,7 +69,7 @@ from ._setup import (
     with_cli_tools,
     with_session,
 )
-from ._terminal import TerminalGuard, redact_url, visible
+from ._terminal import TerminalGuard, consoles, redact_url, visible
 
 __all__ = ["Decision", "add_decide_verbs", "decide_session", "decide_verb"]
 
@@ -136,16 +136,6 @@ def add_decide_verbs(verbs: Any, common: argparse.ArgumentParser) -> None:
         verb.set_defaults(handler=decide_verb)
 
 
-def _consoles(guard: TerminalGuard) -> tuple[Console, Console]:
-    out = Console(highlight=False)
-    if not out.is_terminal:
-        out = Console(highlight=False, width=max(out.width, 160))
-    errors = Console(stderr=True, highlight=False)
-    out.push_render_hook(guard)
-    errors.push_render_hook(guard)
-    return out, errors
-
-
 def decide_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
     """``dsh-agent approve|deny``: resolve config, store and decision; the exit code.
 
@@ -167,7 +157,7 @@ def decide_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
     if missing_local_store(url):
         raise CliError(f"session '{visible(args.session_id)}' not found in {redact_url(url)}")
     store = make_store(url)
-    console, errors = _consoles(guard)
+    console, errors = consoles(guard)
     decision = Decision(
         approve=args.verb == "approve",
         call_ids=call_ids,

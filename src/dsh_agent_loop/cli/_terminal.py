@@ -35,6 +35,7 @@ from rich.segment import Segment
 __all__ = [
     "HIDDEN",
     "TerminalGuard",
+    "consoles",
     "json_visible",
     "redact",
     "redact_url",
@@ -153,3 +154,18 @@ class TerminalGuard(RenderHook):
     def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
         """Wrap each renderable so its text is cleaned when it renders (``RenderHook``)."""
         return [_Guarded(renderable, self) for renderable in renderables]
+
+
+def consoles(guard: TerminalGuard) -> tuple[Console, Console]:
+    """A verb's stdout and stderr consoles, both writing through ``guard``.
+
+    Piped or redirected stdout keeps full table cells (at least 160 columns) instead of rich's
+    80-column default.
+    """
+    out = Console(highlight=False)
+    if not out.is_terminal:
+        out = Console(highlight=False, width=max(out.width, 160))
+    errors = Console(stderr=True, highlight=False)
+    out.push_render_hook(guard)
+    errors.push_render_hook(guard)
+    return out, errors
