@@ -103,6 +103,9 @@ def test_approve_all_runs_the_calls_and_the_continuation(tmp_path: Path) -> None
     assert kinds(events) == ["awaiting-approval", "completed"]
     assert [d["decision"] for d in event_data(events, "tool/approval")] == ["approve", "approve"]
     assert waiting_lines(done.stderr) == []
+    closing = done.stderr.splitlines()[-2:]  # it ends as run and chat do
+    assert closing[0].startswith(f"session {session_id} stored in sqlite:///")
+    assert closing[1].startswith(f"show it with: dsh-agent sessions show {session_id}")
 
 
 def test_deny_with_a_message_refuses_and_the_model_reads_it(tmp_path: Path) -> None:

@@ -53,13 +53,20 @@ from ._approvals import (
     with_permission_mode,
 )
 from ._render import StreamRenderer
-from ._run import EXIT_INTERRUPTED, report_start_failures, report_turns, watch_interrupts
+from ._run import (
+    EXIT_INTERRUPTED,
+    print_stored,
+    report_start_failures,
+    report_turns,
+    watch_interrupts,
+)
 from ._setup import (
     EXIT_AWAITING,
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
     CliError,
+    StoredAt,
     load_cli_config,
     load_cli_tools,
     load_user_settings,
@@ -344,6 +351,7 @@ async def decide_session(
         if presses:
             errors.print("interrupted: the cancelled turns are stored as aborted", soft_wrap=True)
             code = EXIT_INTERRUPTED
+        print_stored(StoredAt(url), [session_id], console, errors)  # as run and chat end
         return code
 
 
