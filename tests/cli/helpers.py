@@ -212,3 +212,28 @@ def tool_errors(events: list[Event], name: str) -> list[Any]:
         for d in event_data(events, "tool/result")
         if d["message"]["name"] == name
     ]
+
+
+#: The seed's plugin wrapper, for configs written inline.
+PLUGIN = "plugins:\n  - name: '@deepseek-ai/dsh-agent-loop'\n    config:\n"
+#: A chat agent whose ``write_file`` call asks for approval: ``requireApproval`` makes the
+#: call ask whatever the permission policy says.
+REQUIRED = (
+    PLUGIN
+    + """\
+      agents:
+        - id: main
+          provider: scripted
+          model: m
+          cwd: .
+          tools: [write_file]
+          requireApproval: [write_file]
+store: sqlite:///chat.db
+providers:
+  scripted:
+    kind: scripted
+    replies:
+      - tool_calls: [{name: write_file, arguments: {path: out.txt, content: hi}}]
+      - text: finished
+"""
+)

@@ -8,28 +8,8 @@ from pathlib import Path
 
 from dsh_agent_loop.cli._chat import ASK
 
-from .helpers import Terminal, agent_events, cli, event_data
+from .helpers import PLUGIN, REQUIRED, Terminal, agent_events, cli, event_data
 
-PLUGIN = "plugins:\n  - name: '@deepseek-ai/dsh-agent-loop'\n    config:\n"
-REQUIRED = (
-    PLUGIN
-    + """\
-      agents:
-        - id: main
-          provider: scripted
-          model: m
-          cwd: .
-          tools: [write_file]
-          requireApproval: [write_file]
-store: sqlite:///chat.db
-providers:
-  scripted:
-    kind: scripted
-    replies:
-      - tool_calls: [{name: write_file, arguments: {path: out.txt, content: hi}}]
-      - text: finished
-"""
-)
 #: The styling the prompt may end with.
 SGR = r"(?:\x1b\[[0-9;]*m)*"
 SLOW = (

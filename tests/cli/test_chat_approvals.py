@@ -9,29 +9,8 @@ from typing import Any
 from dsh_agent_loop.cli._chat import ASK
 from dsh_agent_loop.events import Event
 
-from .helpers import Terminal, agent_events, cli, event_data, tool_errors
+from .helpers import PLUGIN, REQUIRED, Terminal, agent_events, cli, event_data, tool_errors
 
-PLUGIN = "plugins:\n  - name: '@deepseek-ai/dsh-agent-loop'\n    config:\n"
-#: ``requireApproval`` makes the call ask whatever the permission policy says.
-REQUIRED = (
-    PLUGIN
-    + """\
-      agents:
-        - id: main
-          provider: scripted
-          model: m
-          cwd: .
-          tools: [write_file]
-          requireApproval: [write_file]
-store: sqlite:///chat.db
-providers:
-  scripted:
-    kind: scripted
-    replies:
-      - tool_calls: [{name: write_file, arguments: {path: out.txt, content: hi}}]
-      - text: finished
-"""
-)
 #: No permissions anywhere: the built-in ``write_file`` asks by default; every turn calls it.
 DEFAULT = (
     PLUGIN

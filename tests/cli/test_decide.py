@@ -9,9 +9,8 @@ from typing import Any
 
 from dsh_agent_loop.events import Event
 
-from .helpers import agent_events, cli, event_data, stored_sessions, tool_errors
+from .helpers import PLUGIN, agent_events, cli, event_data, stored_sessions, tool_errors
 
-PLUGIN = "plugins:\n  - name: '@deepseek-ai/dsh-agent-loop'\n    config:\n"
 #: Two calls that ask under the default policy (no permissions configured anywhere).
 TWO_CALLS = (
     PLUGIN

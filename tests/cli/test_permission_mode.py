@@ -12,9 +12,8 @@ import pytest
 from dsh_agent_loop.cli._chat import ASK
 from dsh_agent_loop.events import Event
 
-from .helpers import agent_events, cli, event_data, stored_sessions, tool_errors
+from .helpers import PLUGIN, agent_events, cli, event_data, stored_sessions, tool_errors
 
-PLUGIN = "plugins:\n  - name: '@deepseek-ai/dsh-agent-loop'\n    config:\n"
 #: A command longer than any cut a display could make, with its payload at the end.
 LONG = "echo " + " ".join(f"word{n}" for n in range(110)) + "; touch HIDDEN"
 
