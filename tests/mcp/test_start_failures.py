@@ -101,6 +101,38 @@ async def test_an_agent_that_needs_a_failed_server_does_not_start(tmp_path: Path
     assert "s3cret-value" not in repr(vars(server_error))
 
 
+#: A server that echoes its token to stderr (as a debug print might), then fails.
+ECHOES = """\
+import os, sys
+print("connecting with token " + os.environ["API_TOKEN"], file=sys.stderr)
+sys.exit(3)
+"""
+
+
+async def test_a_secret_the_failed_server_echoes_is_hidden(tmp_path: Path) -> None:
+    (tmp_path / "echoes.py").write_text(ECHOES)
+    secret = "tok-4f9a81c2e7"
+    cfg = {
+        "plugins": [{"name": "@deepseek-ai/dsh-agent-loop", "config": {"agents": []}}],
+        "mcpServers": {
+            "echoes": {
+                "command": sys.executable,
+                "args": [str(tmp_path / "echoes.py"), f"--auth={secret}"],
+                "env": {"API_TOKEN": secret},
+            }
+        },
+    }
+    with trio.fail_after(PROCESS_WAIT):
+        async with open_runtime(cfg) as rt:
+            [failure] = rt.start_failures
+    error = failure.error
+    assert isinstance(error, McpStartError)
+    assert error.stderr_tail.strip() == "connecting with token ***"
+    assert error.command[-1] == "--auth=***"
+    assert secret not in str(error)
+    assert secret not in repr(vars(error))
+
+
 async def test_an_agent_gets_exactly_the_mcp_tools_it_names(tmp_path: Path) -> None:
     model = ScriptedModel([Reply.text("one"), Reply.text("two"), Reply.text("three")])
     cfg = config(

@@ -65,12 +65,32 @@ class _NotStarted(Exception):
     """The server did not get through its start (the message says what it did not do)."""
 
 
+#: Shortest value hidden from a start failure's text (shorter ones would hide ordinary words).
+_MIN_SECRET: Final = 4
+
+
+def _secret_values(spec: McpServer | None) -> list[str]:
+    """The values of the spec's ``env`` and ``headers``: a server's output may echo them."""
+    if spec is None:
+        return []
+    values = [*(spec.env or {}).values(), *(spec.headers or {}).values()]
+    return sorted((v for v in values if len(v) >= _MIN_SECRET), key=len, reverse=True)
+
+
+def _scrub(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
 @final
 class McpStartError(AgentLoopError):
     """An MCP server did not start (``rt.start_failures``); ``stderr_tail`` is its last output.
 
     It names what was started, never a secret: ``command`` (the command and its arguments, as
-    run), ``cwd``, the names of the variables set (``env_names``, no values) or the ``url``.
+    run), ``cwd``, the names of the variables set (``env_names``, no values) or the ``url``; a
+    value of the spec's ``env`` or ``headers`` that the server echoed (in its stderr, or an
+    argument holding it) is shown as ``***``.
     """
 
     code = "MCP_START_FAILED"
@@ -78,6 +98,8 @@ class McpStartError(AgentLoopError):
     def __init__(
         self, server: str, problem: str, stderr_tail: str = "", *, spec: McpServer | None = None
     ) -> None:
+        secrets = _secret_values(spec)
+        problem, stderr_tail = _scrub(problem, secrets), _scrub(stderr_tail, secrets)
         tail = f"; stderr: {stderr_tail}" if stderr_tail else ""
         super().__init__(f"MCP server {server!r} did not start: {problem}{tail}")
         self.server = server
@@ -86,7 +108,9 @@ class McpStartError(AgentLoopError):
         self.stderr_tail = stderr_tail
         has_command = spec is not None and spec.command is not None
         self.command: tuple[str, ...] = (
-            (spec.command, *spec.args) if spec is not None and spec.command is not None else ()
+            tuple(_scrub(part, secrets) for part in (spec.command, *spec.args))
+            if spec is not None and spec.command is not None
+            else ()
         )
         """stdio: the command line run (empty for an HTTP or in-process server)."""
         self.cwd: str | None = spec.cwd if spec is not None and has_command else None
