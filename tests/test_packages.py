@@ -50,17 +50,21 @@ COMPOSITION = ("_runtime", "_compose", "_providers")
 #: Group → the groups it may import, top to bottom (the order of the table).
 ALLOWED: Mapping[str, tuple[str, ...]] = {
     "cli": (
-        "root", "runtime", "_agent", "invariants", "stores", "mcp", "config", "llm", "_tools",
-        "_session", "base",
+        "root", "runtime", "fleet", "_agent", "invariants", "stores", "mcp", "config", "llm",
+        "_tools", "_session", "base",
     ),
     "bench": ("root", "stores", "llm", "base"),
     "testing": ("runtime", "_agent", "invariants", "stores", "llm", "_tools", "_session", "base"),
     "root": (
-        "runtime", "_agent", "invariants", "stores", "config", "llm", "_tools", "_session", "base",
+        "runtime", "fleet", "_agent", "invariants", "stores", "config", "llm", "_tools",
+        "_session", "base",
     ),
     "runtime": (
-        "otel", "_agent", "stores", "mcp", "config", "llm", "_tools", "_session", "base",
+        "otel", "fleet", "_fleet", "_agent", "stores", "mcp", "config", "llm", "_tools",
+        "_session", "base",
     ),
+    "fleet": ("_fleet",),
+    "_fleet": ("_agent", "stores", "_session", "base"),
     "otel": ("_agent", "_session", "base"),
     "_agent": ("llm", "_tools", "_session", "base"),
     "invariants": ("_session", "base"),

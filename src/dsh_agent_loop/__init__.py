@@ -65,6 +65,9 @@ from ._tools.base import tool as tool
 from ._tools.pipeline import Deny as Deny
 from .config import RuntimeConfig as RuntimeConfig
 from .events import Event as Event
+from .fleet import FleetClient as FleetClient
+from .fleet import FleetOptions as FleetOptions
+from .fleet import open_client as open_client
 from .llm import Failure as Failure
 from .llm import ModelRequest as ModelRequest
 from .llm import Reply as Reply
@@ -96,6 +99,8 @@ __all__ = [
     "Deny",
     "Event",
     "Failure",
+    "FleetClient",
+    "FleetOptions",
     "FrozenDict",
     "HookBus",
     "InvalidOptionError",
@@ -141,6 +146,7 @@ __all__ = [
     "Usage",
     "delegate_tool",
     "invariants",
+    "open_client",
     "load_config",
     "open_runtime",
     "thaw",

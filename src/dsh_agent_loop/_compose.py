@@ -42,6 +42,7 @@ from .config import (
     is_tool_ref,
 )
 from .config import load_config as load_records
+from .fleet import FleetOptions
 from .llm import AnthropicAdapter, ModelAdapter, OpenAIAdapter, Reply, ScriptedModel, StreamLimits
 from .mcp import McpServer
 from .stores import JsonlStore, MemoryStore, store_from_url
@@ -55,6 +56,7 @@ __all__ = [
     "agent_tools",
     "builtin_tool",
     "compaction_policy",
+    "fleet_options_from_config",
     "load_config",
     "mcp_server_from_config",
     "mcp_servers_from_config",
@@ -402,3 +404,21 @@ def protected_paths(config: RuntimeConfig, store: SessionStore) -> tuple[str, ..
     elif isinstance(store, JsonlStore):
         paths.append(os.path.realpath(store.directory))
     return tuple(paths)
+
+
+# --- fleet ----------------------------------------------------------------------------------
+
+
+def fleet_options_from_config(cfg: RuntimeConfig) -> FleetOptions | None:
+    """The config's ``fleet`` block as ``FleetOptions`` (None: not a worker)."""
+    block = cfg.plugin.fleet
+    if block is None:
+        return None
+    return FleetOptions(
+        worker_id=block.worker_id,
+        max_agents=block.max_agents,
+        idle_unload_s=block.idle_unload_seconds,
+        drain_timeout_s=block.drain_timeout_seconds,
+        poll_interval_s=block.poll_interval_seconds,
+        lease_s=block.lease_seconds,
+    )

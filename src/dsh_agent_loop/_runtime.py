@@ -40,6 +40,7 @@ from ._agent.services import Services
 from ._compose import (
     Policies,
     builtin_tool,
+    fleet_options_from_config,
     load_config,
     mcp_servers_from_config,
     options_from_entry,
@@ -49,6 +50,7 @@ from ._compose import (
     tools_from_config,
 )
 from ._errors import AgentLoopError
+from ._fleet.worker import Worker
 from ._gc import GcFreezer
 from ._hooks import HookBus, call_observer
 from ._limits import Limits
@@ -60,6 +62,7 @@ from ._session.writer import CommitTimer
 from ._tools.base import Tool, register
 from .config import RuntimeConfig, Settings
 from .events import CONFIG_START_FAILED, make_event
+from .fleet import FleetClient, FleetOptions
 from .llm import ModelAdapter, ModelRouter
 from .mcp import McpServer, McpServers, open_mcp_servers
 
@@ -159,6 +162,10 @@ class Runtime:
         self.start_failures: list[StartFailure] = []
         self.mcp: McpServers | None = None
         """The MCP server connections (set when the runtime opens)."""
+        self.fleet: FleetClient | None = None
+        """A fleet worker's client of its fleet (``docs/fleet.md``); None without ``fleet``."""
+        self.worker: Worker | None = None
+        """The fleet worker (None without ``fleet``)."""
         self._gc = GcFreezer()
         self._services = Services(
             router=router,
@@ -327,6 +334,7 @@ async def open_runtime(
     limits: Limits | None = None,
     permissions: Permissions | None = None,
     sandbox: Sandbox | None = None,
+    fleet: FleetOptions | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime; every agent it starts lives and dies inside this block.
 
@@ -347,12 +355,14 @@ async def open_runtime(
         limits: Bounds on what models and tools send (wins over the config's; docs/limits.md).
         permissions: Agents' permission policy unless theirs is set (``docs/security.md``).
         sandbox: Agents' ``run_command`` sandbox unless theirs is set (``docs/security.md``).
+        fleet: Make the runtime a fleet worker (wins over the config's; ``docs/fleet.md``).
 
     Raises:
-        ConfigError: invalid configuration (before any store is opened).
+        ConfigError: invalid configuration (before any store opens); a fleet on a bad store.
     """
     parts = _parts(config, store, providers, tools, settings, max_parallel_tool_calls)
     cfg, the_store, router = parts.config, parts.store, parts.router
+    client = _fleet_client(the_store, fleet or fleet_options_from_config(cfg))
     policies = Policies.of(cfg, compaction, limits, permissions, sandbox)
     body_error: BaseException | None = None
     timer_scope = trio.CancelScope(shield=True)
@@ -365,15 +375,20 @@ async def open_runtime(
                     root.start_soon(_run_timer, rt.commit_timer, timer_scope)
                     try:
                         await rt.start_declared_agents(mcp, gc_freeze=gc_freeze)
+                        await _start_worker(rt, root, client)
                         yield rt
                     except BaseException as exc:
                         body_error = exc
                     finally:
+                        if rt.worker is not None:
+                            await rt.worker.stop()
                         await _end_agents(rt, agents)
             finally:
                 # Every agent's task has ended, its closers committed: now the timer may go.
                 timer_scope.cancel()
                 with trio.CancelScope(shield=True):
+                    if client is not None:
+                        await client.client.aclose()
                     await _close(router, the_store)
     except BaseExceptionGroup as group:
         leaving: BaseException | None = _leaving(body_error, group)
@@ -453,6 +468,32 @@ def _trace(rt: Runtime, provider: TracerProvider | None, capture_content: bool) 
 
         content = capture_content or (otel is not None and otel.capture_content)
         trace_runtime(rt, provider, capture_content=content)
+
+
+def _fleet_client(store: SessionStore, fleet: FleetOptions | None) -> _WorkerClient | None:
+    """The fleet client of a worker runtime (None: not a worker).
+
+    Raises:
+        ConfigError: the store cannot carry a fleet.
+    """
+    if fleet is None:
+        return None
+    return _WorkerClient(FleetClient(store, lease=fleet.lease_s), fleet)
+
+
+@final
+@attrs.frozen
+class _WorkerClient:
+    client: FleetClient
+    options: FleetOptions
+
+
+async def _start_worker(rt: Runtime, root: trio.Nursery, fleet: _WorkerClient | None) -> None:
+    """Make ``rt`` a fleet worker (``docs/fleet.md``) when ``fleet`` is given."""
+    if fleet is not None:
+        rt.fleet = fleet.client
+        rt.worker = Worker(rt.agents, rt.store, fleet.options, fleet.client)
+        await root.start(rt.worker.run)
 
 
 async def _end_agents(rt: Runtime, agents: trio.Nursery) -> None:

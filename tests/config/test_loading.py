@@ -145,7 +145,7 @@ REJECTIONS: list[tuple[str, dict[str, Any], str]] = [
         {"plugin": []},
         "plugin: unknown key (did you mean 'plugins'? allowed: plugins, store, providers, "
         "mcpServers, maxParallelToolCalls, persona, turnBudget, tools, agents, subagents, otel, "
-        "compaction, limits, permissions, sandbox)",
+        "compaction, limits, permissions, sandbox, fleet)",
     ),
     (
         "bad store URL",

@@ -37,7 +37,7 @@ import cattrs
 from cattrs.preconf.json import make_converter
 
 from .._errors import AgentLoopError
-from .._frozen import FrozenDict
+from .._frozen import FrozenDict, thaw
 from .._session.projections import NEXT_STEP
 from .._tools.base import ArgumentsError, Tool, ToolContext, ToolResult
 
@@ -52,6 +52,7 @@ __all__ = [
     "OutputRegistry",
     "OutputSpec",
     "OutputState",
+    "SchemaOutput",
     "output_schema",
 ]
 
@@ -246,6 +247,22 @@ def _problem(exc: BaseException) -> str:
 
 
 @final
+@attrs.frozen(eq=False)
+class SchemaOutput:
+    """An output type known only by its ``final_result`` schema (a fleet client's type).
+
+    The worker that runs the turn has the schema, not the caller's Python type: the tool checks
+    the arguments against the schema and keeps them as plain data; the client structures them
+    into its type (``fleet/_follow.py``).
+    """
+
+    parameters: Mapping[str, Any]
+    """The ``final_result`` parameters (``output_schema``'s first value)."""
+    wrapped: bool
+    """The value is ``arguments["result"]``."""
+
+
+@final
 @attrs.frozen
 class OutputSpec:
     """What one structured-output turn must produce: its ``final_result`` tool and retries."""
@@ -254,6 +271,11 @@ class OutputSpec:
     tool: Tool
     retries: int
     """Retries after a failed try; the turn fails at try ``retries + 1``."""
+
+
+def _plain(raw: Any, _type: Any) -> Any:
+    """A ``SchemaOutput`` value: the checked arguments as plain data."""
+    return thaw(raw)
 
 
 @final
@@ -298,11 +320,16 @@ class OutputRegistry:
         return tool
 
     def _make_tool(self, output_type: Any) -> Tool:
-        parameters, wrapped = output_schema(output_type)
-        try:
-            structure_hook = self._converter.get_structure_hook(output_type)
-        except Exception as exc:  # cattrs refuses the type (an ambiguous union, ...)
-            raise TypeError(f"cattrs cannot structure {output_type!r}: {exc}") from exc
+        structure_hook: Any
+        if isinstance(output_type, SchemaOutput):
+            parameters, wrapped = dict(output_type.parameters), output_type.wrapped
+            structure_hook = _plain
+        else:
+            parameters, wrapped = output_schema(output_type)
+            try:
+                structure_hook = self._converter.get_structure_hook(output_type)
+            except Exception as exc:  # cattrs refuses the type (an ambiguous union, ...)
+                raise TypeError(f"cattrs cannot structure {output_type!r}: {exc}") from exc
         values = self.values
 
         async def handler(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
@@ -315,7 +342,11 @@ class OutputRegistry:
             values.setdefault(context.turn, value)  # the first valid call wins
             return ToolResult("ok", concludes_turn=True)
 
-        description = " ".join(filter(None, (_DESCRIPTION, _first_paragraph(output_type))))
+        if isinstance(output_type, SchemaOutput):
+            about = str(output_type.parameters.get("description", ""))
+        else:
+            about = _first_paragraph(output_type)
+        description = " ".join(filter(None, (_DESCRIPTION, about)))
         tool = Tool(FINAL_RESULT, description, parameters, handler)
         try:
             tool.validate({})  # compile the schema now (a bad one is the caller's error)

@@ -23,6 +23,7 @@ from ._converter import converter as converter
 from ._document import FileShape as FileShape
 from ._document import PluginEntry as PluginEntry
 from ._document import RuntimeConfig as RuntimeConfig
+from ._fleet import FleetConfig as FleetConfig
 from ._loading import load_config as load_config
 from ._loading import load_provider as load_provider
 from ._loading import load_settings_file as load_settings_file
@@ -51,6 +52,7 @@ __all__ = [
     "AnthropicProviderConfig",
     "CompactionConfig",
     "FileShape",
+    "FleetConfig",
     "LoopConfig",
     "McpServerConfig",
     "McpToolConfig",

@@ -19,6 +19,7 @@ from .._limits import Limits, TurnBudget
 from .._permissions import Permissions
 from .._sandbox import Sandbox
 from ._compaction import CompactionConfig
+from ._fleet import FleetConfig
 from ._rules import (
     Fault,
     KeyPath,
@@ -182,6 +183,9 @@ class LoopConfig:
     sandbox: Sandbox | None = None
     """``run_command``'s sandbox: a mode (``workspace-write``, ``read-only``, ``off``) or
     ``{mode, network, env, maxTimeoutS}`` (``docs/security.md``)."""
+    fleet: FleetConfig | None = None
+    """``fleet: {workerId, maxAgents, idleUnloadSeconds, ...}``: run as a fleet worker
+    (``docs/fleet.md``)."""
 
 
 @final

@@ -20,6 +20,7 @@ import attrs
 from ._agents import AgentEntry, LoopConfig, SettingsLayer, SubagentEntry, TurnBudget
 from ._compaction import CompactionConfig
 from ._document import FileShape
+from ._fleet import FleetConfig
 from ._providers import PROVIDER_CLASSES, PROVIDER_KEYS
 from ._rules import Invalid
 from ._tracing import OtelConfig
@@ -34,6 +35,7 @@ _CAMEL_CLASSES: Final = frozenset(
         TurnBudget,
         SettingsLayer,
         OtelConfig,
+        FleetConfig,
         FileShape,
         CompactionConfig,
     }

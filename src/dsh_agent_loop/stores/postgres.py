@@ -211,6 +211,7 @@ class PostgresStore:
         if any(delay < 0 for delay in retry_delays):
             raise ValueError("retry_delays must not be negative")
         self._dsn = dsn
+        self._table_prefix = table_prefix
         self._lease_ttl = float(lease_ttl)
         self._close_timeout = close_timeout
         self._pool = Pool(
@@ -226,6 +227,16 @@ class PostgresStore:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    @property
+    def dsn(self) -> str:
+        """The connection string, as given (the fleet opens its own connections with it)."""
+        return self._dsn
+
+    @property
+    def table_prefix(self) -> str:
+        """The prefix of this store's table names (the fleet's tables share it)."""
+        return self._table_prefix
 
     @property
     def lease_ttl(self) -> float:
