@@ -285,6 +285,7 @@ PUBLIC_MODULES = sorted(
         *PINNED,
         "dsh_agent_loop.bench",
         "dsh_agent_loop.bench.compaction",
+        "dsh_agent_loop.bench.fleet",
         "dsh_agent_loop.bench.loop",
         "dsh_agent_loop.bench.scale",
         "dsh_agent_loop.bench.stores",

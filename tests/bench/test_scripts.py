@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts" / "bench"
-NAMES = ("loop", "stores", "scale", "compaction")
+NAMES = ("loop", "stores", "scale", "compaction", "fleet")
 
 
 def _load(name: str) -> ModuleType:

@@ -176,7 +176,8 @@ def test_the_benchmarks_are_modules_of_the_package() -> None:
         assert Path(module.__file__ or "").is_relative_to(REPO / "src" / "dsh_agent_loop")
         assert callable(getattr(module, bench.function))
     assert {b.module for b in BENCHMARKS} >= {
-        f"dsh_agent_loop.bench.{name}" for name in ("loop", "stores", "scale", "compaction")
+        f"dsh_agent_loop.bench.{name}"
+        for name in ("loop", "stores", "scale", "compaction", "fleet")
     }
 
 
@@ -206,7 +207,9 @@ def test_the_wheel_config_ships_the_benchmarks() -> None:
     src, packages, _ = _wheel_packages()
     assert "dsh_agent_loop.bench" in packages
     shipped = {p.name for p in (src / "dsh_agent_loop" / "bench").glob("*.py")}
-    assert shipped >= {"__init__.py", "loop.py", "stores.py", "scale.py", "compaction.py"}
+    assert shipped >= {
+        "__init__.py", "loop.py", "stores.py", "scale.py", "compaction.py", "fleet.py"
+    }  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -267,7 +270,7 @@ def test_bench_quick_runs_from_a_plain_install_outside_the_checkout(
     assert "dsh-agent bench" in done.stdout
     assert "W1 µs/step, 1 tool" in done.stdout
     record = json.loads(out.read_text(encoding="utf-8"))
-    assert set(record["results"]) == {"loop", "stores", "compaction", "sse"}  # scale: not quick
+    assert set(record["results"]) == {"loop", "stores", "compaction", "fleet", "sse"}
     keys = {row["key"] for row in record["rows"]}
     assert {"w1", "w2", "w3", "sqlite_w1", "sqlite_append", "compaction", "sse_abs"} <= keys
 
@@ -339,3 +342,28 @@ def test_the_compaction_rows_report_its_cost_and_the_check_per_step() -> None:
     assert rows["compaction"].ours == "2.2 ms"
     assert "1,000 messages" in rows["compaction"].workload
     assert rows["compaction_w1"].ratio == 52.0 / 50.0
+
+
+# --- the fleet benchmark ----------------------------------------------------------------------
+
+
+def test_fleet_rows_show_latency_and_the_two_worker_share() -> None:
+    figures = {
+        "latency_p50_ms": 12.0, "latency_p99_ms": 40.0, "latency_samples": 20.0,
+        "turns_per_s_1": 100.0, "turns_per_s_2": 150.0, "turns": 40.0,
+    }  # fmt: skip
+    rows = {row.key: row for row in tabulate({"fleet": {"sqlite": figures, "postgres": None}})}
+    assert set(rows) == {"fleet_sqlite_latency", "fleet_sqlite_turns"}
+    assert rows["fleet_sqlite_latency"].ours == "12.0 / 40.0 ms"
+    assert rows["fleet_sqlite_turns"].ratio == 1.5
+    assert rows["fleet_sqlite_turns"].ours == "150/s"
+    assert rows["fleet_sqlite_turns"].reference == "100/s"
+
+
+def test_the_fleet_benchmark_measures_real_workers_on_sqlite(tmp_path: Path) -> None:
+    from dsh_agent_loop.bench.fleet import measure_latency, measure_turns
+
+    latency = measure_latency(f"sqlite:///{tmp_path / 'latency.db'}", 3)
+    assert latency["samples"] == 3
+    assert 0 < latency["p50_ms"] <= latency["p99_ms"]
+    assert measure_turns(f"sqlite:///{tmp_path / 'turns.db'}", 2, 4, 2) > 0

@@ -116,20 +116,6 @@ def test_the_workers_option_is_checked(tmp_path: Path) -> None:
         assert "0 to 64" in done.stderr or "integer" in done.stderr
 
 
-@pytest.mark.parametrize("store", ["sqlite:///sim.db", "jsonl:///sim"])
-def test_workers_on_a_store_that_is_not_memory_is_bad_usage(tmp_path: Path, store: str) -> None:
-    done = cli("simulate", "--agents", "4", "--workers", "2", "--store", store, cwd=tmp_path)
-    assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert "needs the fleet" in lines[0]
-    assert "--store memory:" in lines[0]
-    assert "--workers 1" in lines[0]
-    assert not (tmp_path / "sim.db").exists()
-    assert not (tmp_path / "sim").exists()
-    assert done.stdout == ""
-
-
 def _tool_module(tmp_path: Path, name: str, body: str) -> None:
     source = f"""
         import os
@@ -273,7 +259,7 @@ def test_merged_percentiles_are_within_one_percent_of_the_exact_ones() -> None:
 
 
 def test_report_lines_are_bounded_and_split_across_chunks() -> None:
-    from dsh_agent_loop.cli._sim_workers import _Lines
+    from dsh_agent_loop.cli._sim_procs import _Lines
 
     lines = _Lines(limit=8)
     assert lines.feed(b'{"a"') == []

@@ -315,10 +315,50 @@ async def test_a_worker_resumes_what_its_former_self_held(fleet_store: Factory) 
             with trio.fail_after(30):
                 while not rt.worker.live_agents:
                     await trio.sleep(0.05)
-            assert rt.agents.get("bot") is not None
+            assert rt.worker.live_agents == 1
 
 
 def _assign(tx: Any, prefix: str, sid: str, worker_id: str) -> None:
     tx.run(
         f"UPDATE {prefix}fleet_sessions SET worker_id = ? WHERE session_id = ?", (worker_id, sid)
     )
+
+
+async def test_sessions_of_one_agent_id_are_live_together(fleet_store: Factory) -> None:
+    async with fleet_store() as store, open_client(store) as client:
+        first, second = [await client.create(OPTIONS) for _ in range(2)]
+        async with worker(fleet_store) as rt:
+            assert rt.worker is not None
+            with trio.fail_after(30):
+                answers = [await client.run(sid, "hi") for sid in (first, second)]
+            assert rt.worker.live_agents == 2  # neither waited for the other to unload
+    assert [a.text for a in answers] == ["hello", "hello"]
+
+
+async def test_postgresql_workers_wake_on_notify(fleet_store: Factory) -> None:
+    """With a poll a minute apart, only the ``NOTIFY`` of a send can wake the worker."""
+    async with fleet_store() as store, open_client(store) as client:
+        if client.db.dialect != "postgresql":
+            pytest.skip("SQLite has no notifications: its workers poll")
+        sid = await client.create(OPTIONS)
+        async with worker(fleet_store, poll_interval_s=3.0):  # fallback poll: 60 s
+            with trio.fail_after(30):
+                first = await client.run(sid, "wake up")  # claimed on the create's NOTIFY
+                second = await client.run(sid, "and again")  # delivered on the send's
+    assert (first.turn, second.turn) == (1, 2)
+
+
+async def test_bulk_create_and_send(fleet_store: Factory) -> None:
+    async with fleet_store() as store, open_client(store) as client:
+        sids = await client.create_many([OPTIONS] * 5)
+        with pytest.raises(SessionNotFoundError):
+            await client.send_many([(sids[0], "a"), ("nobody", "b")])
+        ids = await client.send_many([(sid, f"to {sid}") for sid in sids] + [(sids[0], "more")])
+        assert len(set(ids)) == 6
+        async with worker(fleet_store):
+            with trio.fail_after(30):
+                while (await client.status()).undelivered:
+                    await trio.sleep(0.05)
+        assert inserted_ids(await stored(client, sids[0])) == [ids[0], ids[5]]
+        for sid in sids:
+            assert inserted_ids(await stored(client, sid))

@@ -1,9 +1,10 @@
-"""Session ids and ``created_at`` texts for new session headers, made cheaply.
+"""Session ids, ``created_at`` texts and options records for new session headers, made cheaply.
 
 A burst of creations (a simulation creates thousands of agents) pays for each header: a
 ``uuid.UUID`` object and a ``datetime`` formatting per session would cost more than the rest of
 the header. ``uuid4_text`` writes the same text from the same random bits without the object;
-``Stamps`` formats the time once per millisecond and shares it.
+``Stamps`` formats the time once per millisecond and shares it; ``shared_record`` gives equal
+options records one frozen object.
 """
 
 from __future__ import annotations
@@ -11,9 +12,33 @@ from __future__ import annotations
 import os
 import time
 from datetime import UTC, datetime
-from typing import final
+from typing import Any, Final, final
 
-__all__ = ["Stamps", "uuid4_text"]
+from .._frozen import FrozenDict, freeze
+
+__all__ = ["SHARED_RECORDS", "Stamps", "shared_record", "uuid4_text"]
+
+#: Distinct header options records ``shared_record`` keeps for sharing.
+SHARED_RECORDS: Final = 256
+
+
+def shared_record(records: dict[Any, FrozenDict], record: dict[str, Any]) -> FrozenDict:
+    """``record`` frozen, the same object for every equal record (``records`` keeps them).
+
+    Records of atoms are looked up by their items before they are frozen (freezing is most
+    of the cost of a header); others are frozen first and looked up as a ``FrozenDict``.
+    """
+    key: Any = tuple(record.items())
+    try:
+        shared = records.get(key)
+    except TypeError:  # a list or dict inside: look it up frozen
+        key = freeze(record)
+        shared = records.get(key)
+    if shared is None:
+        if len(records) >= SHARED_RECORDS:
+            records.clear()
+        shared = records[key] = freeze(record)
+    return shared
 
 
 def uuid4_text() -> str:

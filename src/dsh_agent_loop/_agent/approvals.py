@@ -66,6 +66,7 @@ __all__ = [
     "pending",
     "prepare",
     "ready",
+    "request_of",
     "resolve",
 ]
 
@@ -78,15 +79,17 @@ def pending(agent: TurnContext) -> tuple[ApprovalRequest, ...]:
     state = agent.log.state.approvals
     if state is None:
         return ()
-    return tuple(
-        ApprovalRequest(
-            call_id=d["call_id"],
-            name=d["name"],
-            arguments=d["arguments"],
-            turn=d["turn"],
-            step=d["step"],
-        )
-        for d in (e.data for e in state.pending())
+    return tuple(request_of(e.data) for e in state.pending())
+
+
+def request_of(data: Mapping[str, Any]) -> ApprovalRequest:
+    """The ``ApprovalRequest`` a pending ``tool/approval-requested`` event's data describes."""
+    return ApprovalRequest(
+        call_id=data["call_id"],
+        name=data["name"],
+        arguments=data["arguments"],
+        turn=data["turn"],
+        step=data["step"],
     )
 
 

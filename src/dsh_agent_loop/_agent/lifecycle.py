@@ -52,7 +52,7 @@ from ..events import (
     make_event,
 )
 from . import approvals
-from ._stamps import Stamps, uuid4_text
+from ._stamps import Stamps, shared_record, uuid4_text
 from .agent import Agent, actor_of
 from .handle import AgentHandle, QuietTeardown, Teardown
 from .options import AgentOptions, check_provider
@@ -76,7 +76,6 @@ __all__ = ["AgentHandle", "Agents"]
 
 Setup = Callable[[AgentScope, Agent], Awaitable[None]]
 
-_SHARED_RECORDS = 256  # distinct header option records kept for sharing
 
 #: The name of every agent's task (what trio would derive from ``Agents._run_agent``, given).
 _AGENT_TASK = f"{__name__}.Agents._run_agent"
@@ -162,6 +161,22 @@ class Agents:
             nursery=self._nursery,
             initiator=agent,
             shared=self._shared,
+            timer=self._timer,
+        )
+
+    def apart(self) -> Agents:
+        """A registry of its own (agent ids are unique per registry) sharing everything else.
+
+        A fleet worker activates each session in one, so sessions of one agent id can be live
+        together (docs/design.md#fleet-workers); ``cancel_remaining`` here reaches its agents.
+        """
+        shared = {**self._shared, "agents": {}, "sessions": {}, "reserved": set()}
+        return Agents(
+            store=self._store,
+            services=self._services,
+            hooks=self._hooks,
+            nursery=self._nursery,
+            shared=shared,
             timer=self._timer,
         )
 
@@ -515,23 +530,8 @@ class Agents:
                 running.discard(scope)
 
     def _shared_record(self, record: dict[str, Any]) -> FrozenDict:
-        """``record`` frozen, the same object for every equal record (kept: ``_SHARED_RECORDS``).
-
-        Records of atoms are looked up by their items before they are frozen (freezing is most
-        of the cost of a header); others are frozen first and looked up as a ``FrozenDict``.
-        """
-        records: dict[Any, FrozenDict] = self._shared["records"]
-        key: Any = tuple(record.items())
-        try:
-            shared = records.get(key)
-        except TypeError:  # a list or dict inside: look it up frozen
-            key = freeze(record)
-            shared = records.get(key)
-        if shared is None:
-            if len(records) >= _SHARED_RECORDS:
-                records.clear()
-            shared = records[key] = freeze(record)
-        return shared
+        """``record`` frozen, one object per distinct record (``_stamps.shared_record``)."""
+        return shared_record(self._shared["records"], record)
 
     def cancel_remaining(self) -> None:
         """Cancel every agent task still running (runtime shutdown, after every teardown)."""

@@ -29,7 +29,7 @@ import json
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final, final
 
@@ -83,6 +83,16 @@ def new_message_id() -> str:
 def _check_id(what: str, value: str) -> None:
     if not isinstance(value, str) or not 0 < len(value) <= MAX_ID:
         raise InvalidOptionError(f"{what} must be a string of 1..{MAX_ID} characters")
+
+
+def _create_body(options: AgentOptions) -> str:
+    """A ``create`` command's body: the header record a resume reads its options from."""
+    record = {
+        "agent_id": options.id,
+        "cwd": options.cwd,
+        HEADER_OPTIONS: thaw(header_options(options)),
+    }
+    return json.dumps(record, ensure_ascii=False, default=str)
 
 
 def _content(message: MessageInput) -> Any:
@@ -142,21 +152,57 @@ class FleetClient:
             SessionNotFoundError: no such session. InvalidOptionError: a bad kind or id.
             LimitExceededError: the message is larger than ``MAX_MESSAGE_BYTES``.
         """
+        row = self._message_row(session_id, message, kind, message_id, _output)
+        await self._check_known(session_id)
+        await self._db.run(_sql.send, *row, time.time(), again=True)
+        return row[1]
+
+    async def send_many(
+        self, messages: Sequence[tuple[str, MessageInput]], *, kind: str = "followup"
+    ) -> list[str]:
+        """``send`` many ``(session_id, message)`` pairs in one transaction; returns their ids.
+
+        For a bulk load (a simulation prompting thousands of sessions): one commit instead of
+        one per message. The messages of one session keep their order in the sequence.
+
+        Raises:
+            SessionNotFoundError, InvalidOptionError, LimitExceededError: as ``send`` (nothing
+            is sent).
+        """
+        rows = [self._message_row(sid, message, kind, None, None) for sid, message in messages]
+        for sid in dict.fromkeys(sid for sid, _ in messages):
+            await self._check_known(sid)
+        await self._db.run(_sql.send_many, rows, time.time(), again=True)
+        return [mid for _, mid, _, _ in rows]
+
+    def _message_row(
+        self,
+        session_id: str,
+        message: MessageInput,
+        kind: str,
+        message_id: str | None,
+        output: Mapping[str, Any] | None,
+    ) -> tuple[str, str, str, str]:
+        """``(session_id, message_id, kind, body)`` of one message, checked.
+
+        Raises:
+            InvalidOptionError: a bad kind or id. LimitExceededError: the message is too large.
+        """
         if kind not in _sql.MESSAGE_KINDS:
             raise InvalidOptionError(f"kind must be one of {_sql.MESSAGE_KINDS}, not {kind!r}")
         mid = message_id if message_id is not None else new_message_id()
         _check_id("message_id", mid)
+        _check_id("session_id", session_id)
         record: dict[str, Any] = {"message_id": mid, "content": _content(message)}
-        if _output is not None:
-            record["output"] = dict(_output)
+        if output is not None:
+            record["output"] = dict(output)
         body = json.dumps(record, ensure_ascii=False)
-        if len(body.encode()) > MAX_MESSAGE_BYTES:
+        size = len(body.encode())
+        if size > MAX_MESSAGE_BYTES:
             raise LimitExceededError(
-                f"message of {len(body.encode())} bytes is over the fleet's {MAX_MESSAGE_BYTES}"
+                f"message of {size} bytes is over the fleet's {MAX_MESSAGE_BYTES}"
             )
-        await self._check_known(session_id)
-        await self._db.run(_sql.send, session_id, mid, kind, body, time.time(), again=True)
-        return mid
+        return session_id, mid, kind, body
 
     async def run(
         self,
@@ -271,6 +317,17 @@ class FleetClient:
         _check_id("call_id", call_id)
         await self._apply(session_id, "deny", {"call_id": call_id, "message": message}, wait)
 
+    async def create_many(self, options: Sequence[AgentOptions]) -> list[str]:
+        """``create`` many sessions (fresh ids) in one transaction; returns their ids."""
+        rows = []
+        for each in options:
+            each.validate()
+            sid = f"{each.id}-session-{uuid.uuid4().hex}"
+            rows.append((sid, _create_body(each)))
+        await self._db.run(_sql.create_many, rows, time.time())
+        self._known.update(sid for sid, _ in rows[: max(0, 100_000 - len(self._known))])
+        return [sid for sid, _ in rows]
+
     async def create(self, options: AgentOptions, *, session_id: str | None = None) -> str:
         """Queue a new session for the fleet to create and run; returns its id.
 
@@ -282,12 +339,7 @@ class FleetClient:
         _check_id("session_id", sid)
         if await self.store.stat(sid) is not None:
             raise SessionAlreadyExistsError(f"session {sid!r} already exists")
-        record = {
-            "agent_id": options.id,
-            "cwd": options.cwd,
-            HEADER_OPTIONS: thaw(header_options(options)),
-        }
-        body = json.dumps(record, ensure_ascii=False, default=str)
+        body = _create_body(options)
         try:
             await self._db.run(_sql.command, sid, "create", body, time.time(), True)
         except _sql.Taken:

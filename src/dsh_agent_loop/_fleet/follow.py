@@ -18,9 +18,9 @@ from typing import Any, final
 
 from cattrs.preconf.json import make_converter
 
+from .._agent.approvals import request_of
 from .._agent.output import FINAL_RESULT
 from .._agent.results import (
-    ApprovalRequest,
     TurnAbortedError,
     TurnFailedError,
     TurnResult,
@@ -99,16 +99,7 @@ class Follow:
             self.removed = True
 
     def _build(self, events: list[Event]) -> TurnResult:
-        waiting = [
-            ApprovalRequest(
-                call_id=d["call_id"],
-                name=d["name"],
-                arguments=d["arguments"],
-                turn=d["turn"],
-                step=d["step"],
-            )
-            for d in (e.data for e in self._approvals.pending())
-        ]
+        waiting = [request_of(e.data) for e in self._approvals.pending()]
         return build_result(
             events,
             message_id=self.message_id,

@@ -148,7 +148,22 @@ def _next_n(tx: Tx, p: str, sid: str) -> int:
 
 
 def send(tx: Tx, p: str, sid: str, message_id: str, kind: str, body: str, now: float) -> bool:
-    """Accept a message; False when ``message_id`` was accepted before (nothing changes)."""
+    """Accept a message; False when ``message_id`` was accepted before (nothing changes).
+
+    On PostgreSQL one statement: the upsert of the session row takes the next number under the
+    row's lock, then the message goes in (a repeated id conflicts and changes nothing but the
+    counter, which only orders); the ``NOTIFY`` wakes the workers once it commits.
+    """
+    if tx.dialect == "postgresql":
+        rows = tx.all(
+            f"WITH s AS (INSERT INTO {p}fleet_sessions AS f (session_id, next_n) VALUES (?, 1)"
+            " ON CONFLICT (session_id) DO UPDATE SET next_n = f.next_n + 1 RETURNING next_n)"
+            f" INSERT INTO {p}fleet_messages (session_id, n, message_id, kind, body, sent_at)"
+            " SELECT ?, s.next_n, ?, ?, ?, ? FROM s ON CONFLICT DO NOTHING RETURNING n",
+            (sid, sid, message_id, kind, body, now),
+        )
+        tx.run(f"NOTIFY {p}fleet")
+        return bool(rows)
     seen = f"SELECT 1 FROM {p}fleet_messages WHERE session_id = ? AND message_id = ?"
     if tx.all(seen, (sid, message_id)):
         return False
@@ -159,6 +174,21 @@ def send(tx: Tx, p: str, sid: str, message_id: str, kind: str, body: str, now: f
         (sid, n, message_id, kind, body, now),
     )
     return inserted > 0
+
+
+def send_many(tx: Tx, p: str, rows: Sequence[tuple[str, str, str, str]], now: float) -> int:
+    """``send`` of many ``(session_id, message_id, kind, body)``, in order, in one transaction."""
+    return sum(send(tx, p, sid, mid, kind, body, now) for sid, mid, kind, body in rows)
+
+
+def create_many(tx: Tx, p: str, rows: Sequence[tuple[str, str]], now: float) -> None:
+    """``command(..., "create", fresh=True)`` of many ``(session_id, body)`` in one transaction.
+
+    Raises:
+        Taken: one of the ids is known already (nothing is queued).
+    """
+    for sid, body in rows:
+        command(tx, p, sid, "create", body, now, True)
 
 
 class Taken(Exception):
@@ -370,6 +400,28 @@ def work_of(tx: Tx, p: str, sid: str) -> list[Item]:
     return [Item(str(r[0]), int(r[1]), str(r[2]), json.loads(r[3])) for r in rows]
 
 
+def work_of_many(tx: Tx, p: str, sids: Sequence[str]) -> dict[str, list[Item]]:
+    """``work_of`` for many sessions in one read (by session, each in order)."""
+    out: dict[str, list[Item]] = {}
+    for start in range(0, len(sids), 500):
+        chunk = list(sids[start : start + 500])
+        marks = ", ".join("?" * len(chunk))
+        rows = tx.all(
+            f"SELECT session_id, n, kind, body FROM {p}fleet_messages"
+            f" WHERE session_id IN ({marks}) AND delivered_at IS NULL"
+            " UNION ALL"
+            f" SELECT session_id, n, kind, body FROM {p}fleet_commands"
+            f" WHERE session_id IN ({marks}) AND done_at IS NULL"
+            " ORDER BY 1, 2",
+            (*chunk, *chunk),
+        )
+        for r in rows:
+            out.setdefault(str(r[0]), []).append(
+                Item(str(r[0]), int(r[1]), str(r[2]), json.loads(r[3]))
+            )
+    return out
+
+
 def settle(
     tx: Tx,
     p: str,
@@ -394,5 +446,15 @@ def settle(
 
 #: The functions above that only read: SQLite runs them without taking the write lock.
 READS: Final = frozenset(
-    {known, command_outcome, workers, waiting, assigned_worker, has_candidates, work, work_of}
+    {
+        known,
+        command_outcome,
+        workers,
+        waiting,
+        assigned_worker,
+        has_candidates,
+        work,
+        work_of,
+        work_of_many,
+    }
 )

@@ -44,6 +44,7 @@ from typing import Any, Final, final
 import trio
 
 from .._agent.agent import actor_of
+from .._agent.handle import QuietTeardown
 from .._agent.lifecycle import AgentHandle, Agents
 from .._agent.options import AgentOptions
 from .._agent.output import OutputRegistry, SchemaOutput
@@ -51,6 +52,7 @@ from .._agent.remember import remembered_options
 from .._errors import (
     AgentAlreadyExistsError,
     AgentClosedError,
+    SessionAlreadyExistsError,
     SessionAlreadyOwnedError,
     StoreError,
 )
@@ -77,13 +79,17 @@ RETRY_BROKEN: Final = 30.0
 class _Live:
     """One live agent of this worker."""
 
-    __slots__ = ("handle", "last_active", "logged")
+    __slots__ = ("fed_upto", "feeding", "handle", "last_active", "logged")
 
     def __init__(self, handle: AgentHandle, now: float, logged: set[str]) -> None:
         self.handle = handle
         self.last_active = now
         self.logged = logged
         """Ids of the messages the session's log holds (never inserted again)."""
+        self.fed_upto = 0
+        """The highest item number fed (items come in order; a later read may repeat some)."""
+        self.feeding = trio.Lock()
+        """Held while items are fed: one feed at a time per session, in order."""
 
 
 def _default_id() -> str:
@@ -108,10 +114,14 @@ class Worker:
         self._activating: set[str] = set()
         self._unsettled: list[tuple[str, int]] = []
         """Messages inserted and flushed, not yet marked delivered."""
+        self._done: list[tuple[str, int, str | None]] = []
+        """Commands applied (``create`` by its activation), not yet marked done."""
         self._stopping = False
         self._stopped = trio.Event()
         self._limiter = trio.CapacityLimiter(ACTIVATIONS)
         self._cancel: trio.CancelScope | None = None
+        self._stranded: set[str] = set()
+        """Sessions dropped after a store failure, still assigned here: activated again."""
         self._retry_at: dict[str, float] = {}
         """Sessions of this worker whose activation failed: not tried again before then."""
         self._swept = -math.inf
@@ -199,8 +209,11 @@ class Worker:
             or await self._db.run(_sql.has_candidates, self.id, now, self.lease, again=True)
         ):
             claimed = await self._db.run(_sql.claim, self.id, now, self.lease, room)
-            for sid, previous in claimed:
-                self._start(nursery, sid, previous)
+            if claimed:  # one read for every claimed session's work
+                work = await self._db.run(_sql.work_of_many, [sid for sid, _ in claimed])
+                for sid, previous in claimed:
+                    self._start(nursery, sid, previous, work.get(sid, []))
+        self._restart_stranded(nursery)
         await self._deliver(nursery)
         sweep = min(1.0, self.options.idle_unload_s / 4)
         if trio.current_time() - self._swept >= sweep:
@@ -209,10 +222,13 @@ class Worker:
 
     # --- activation ----------------------------------------------------------------------------
 
-    async def _activate(self, sid: str, previous: str | None) -> None:
+    async def _activate(
+        self, sid: str, previous: str | None, items: list[_sql.Item] | None
+    ) -> None:
         try:
             async with self._limiter:
-                items = await self._db.run(_sql.work_of, sid, again=True)
+                if items is None:
+                    items = await self._db.run(_sql.work_of, sid, again=True)
                 await self._open(sid, previous, items)
         except StoreError as exc:  # the claim stays ours: the next round's work retries it
             log.warning("activating %s: store error: %s", sid, exc)
@@ -222,11 +238,15 @@ class Worker:
     async def _open(self, sid: str, previous: str | None, items: list[_sql.Item]) -> None:
         create = next((i for i in items if i.kind == "create"), None)
         try:
+            agents = self._agents.apart()  # sessions of one agent id may be live together
             if create is not None:
                 options = _options_of(create.body)
-                handle = await self._agents.resume(sid, options, create_if_missing=True)
+                try:  # new as a rule: one store trip, not a failed open and then a create
+                    handle = await agents.create(sid, options)
+                except SessionAlreadyExistsError:  # created before a crash: resume it
+                    handle = await agents.resume(sid, options)
             else:
-                handle = await self._agents.resume(sid)
+                handle = await agents.resume(sid)
         except (SessionAlreadyOwnedError, AgentAlreadyExistsError) as exc:
             await self._give_back(sid, previous, RETRY_BUSY, f"busy: {exc}")
             return
@@ -248,11 +268,6 @@ class Worker:
         logged = _inserted_ids(handle)
         self._live[sid] = _Live(handle, trio.current_time(), logged)
         self.activations += 1
-        for item in items:
-            if item.is_message and item.body["message_id"] in logged:
-                self._unsettled.append((sid, item.n))
-        if create is not None:
-            await self._db.run(_sql.settle, (), [(sid, create.n, None)], time.time(), again=True)
         self._poke.set()
         if previous is not None and previous != self.id:
             self.takeovers += 1
@@ -264,6 +279,7 @@ class Worker:
             )
         else:
             log.info("activated %s", sid)
+        await self._feed(sid, items)  # what it was activated for, at once
 
     async def _give_back(self, sid: str, previous: str | None, wait: float, why: str) -> None:
         log.info("could not activate %s (%s); retrying in %.0fs", sid, why, wait)
@@ -275,9 +291,29 @@ class Worker:
 
     # --- delivery ------------------------------------------------------------------------------
 
-    def _start(self, nursery: trio.Nursery, sid: str, previous: str | None) -> None:
+    def _restart_stranded(self, nursery: trio.Nursery) -> None:
+        """Activate again the dropped sessions whose pause is over (room permitting)."""
+        if not self._stranded:
+            return
+        now = trio.current_time()
+        room = self.options.max_agents - len(self._live) - len(self._activating)
+        for sid in sorted(self._stranded):
+            if room <= 0:
+                break
+            if self._retry_at.get(sid, 0) <= now and sid not in self._activating:
+                self._stranded.discard(sid)
+                room -= 1
+                self._start(nursery, sid, self.id)
+
+    def _start(
+        self,
+        nursery: trio.Nursery,
+        sid: str,
+        previous: str | None,
+        items: list[_sql.Item] | None = None,
+    ) -> None:
         self._activating.add(sid)
-        nursery.start_soon(self._activate, sid, previous)
+        nursery.start_soon(self._activate, sid, previous, items)
 
     async def _deliver(self, nursery: trio.Nursery) -> None:
         items = await self._db.run(_sql.work, self.id, ROUND_ITEMS, again=True)
@@ -298,12 +334,14 @@ class Worker:
 
     async def _settle(self, done: Iterable[tuple[str, int, str | None]] = ()) -> None:
         delivered, self._unsettled = self._unsettled, []
-        done = list(done)
+        done = [*self._done, *done]
+        self._done = []
         if delivered or done:
             try:
                 await self._db.run(_sql.settle, delivered, done, time.time(), again=True)
             except BaseException:
                 self._unsettled.extend(delivered)
+                self._done.extend(done)
                 raise
             self.delivered += len(delivered)
 
@@ -311,17 +349,25 @@ class Worker:
         live = self._live.get(sid)
         if live is None:
             return
+        async with live.feeding:
+            await self._feed_locked(sid, live, [i for i in queue if i.n > live.fed_upto])
+
+    async def _feed_locked(self, sid: str, live: _Live, queue: list[_sql.Item]) -> None:
         agent = live.handle.agent
         fed: list[tuple[str, int]] = []
         live.last_active = trio.current_time()
         try:
             for item in queue:
+                live.fed_upto = item.n
                 if item.is_message:
                     mid = item.body["message_id"]
                     if mid not in live.logged:
                         _put(agent, item)
                         live.logged.add(mid)
                     fed.append((sid, item.n))
+                    continue
+                if item.kind == "create":  # applied by the activation: only its mark is left
+                    self._done.append((sid, item.n, None))
                     continue
                 await agent.flush()  # a command is a barrier: what precedes it first
                 self._unsettled.extend(fed)
@@ -334,12 +380,21 @@ class Worker:
         except (AgentClosedError, StoreError) as exc:
             await self._drop(sid, f"its session failed: {exc}")
 
-    async def _drop(self, sid: str, why: str) -> None:
+    async def _drop(self, sid: str, why: str, *, taken: bool = False) -> None:
+        """Forget a live session; unless another worker ``taken`` it, activate it again later.
+
+        A session whose store failed (a lease lost under load, a connection gone) stays assigned
+        to this worker; it is resumed again (crash repair) after ``RETRY_BUSY`` — or, if another
+        worker holds it by then, the activation finds that and gives it up.
+        """
         live = self._live.pop(sid, None)
         if live is None:
             return
         log.warning("dropped %s: %s", sid, why)
         await _dispose(live.handle)
+        if not taken:
+            self._retry_at[sid] = trio.current_time() + RETRY_BUSY
+            self._stranded.add(sid)
 
     # --- unloading -----------------------------------------------------------------------------
 
@@ -350,19 +405,19 @@ class Worker:
         for sid, live in list(self._live.items()):
             actor = actor_of(live.handle.agent)
             if actor.closed:
-                self._live.pop(sid, None)
-                log.warning("dropped %s: its agent closed (its session failed)", sid)
+                await self._drop(sid, "its agent closed (its session failed)")
                 continue
             if actor.status_now != "idle" or actor.has_work():
                 live.last_active = now
             elif now - live.last_active >= idle_after:
                 gone.append(sid)
+        handles = [self._live.pop(sid).handle for sid in gone]
+        await _dispose_many(handles)  # one batch: shared waits, no task per agent
         for sid in gone:
-            live = self._live.pop(sid)
-            await _dispose(live.handle)
             self.unloads += 1
             log.info("unloaded %s (idle %.0fs)", sid, idle_after)
         if gone:
+            await self._settle()  # marks first: a released session must not look undone
             await self._db.run(_sql.release, self.id, gone, again=True)
 
     # --- heartbeats and fencing ----------------------------------------------------------------
@@ -384,6 +439,7 @@ class Worker:
                     sid,
                     "another worker took it over (this one was paused past"
                     " its lease); its stale writes are fenced",
+                    taken=True,
                 )
 
     # --- stopping ------------------------------------------------------------------------------
@@ -424,6 +480,20 @@ async def _dispose(handle: AgentHandle) -> None:
         await handle.dispose()
     except Exception as exc:  # a fenced session cannot store its closers: logged, not raised
         log.warning("disposing %s: %s", handle.session_id, exc)
+
+
+async def _dispose_many(handles: list[AgentHandle]) -> None:
+    """Dispose idle agents in one ``QuietTeardown``; any other one on its own."""
+    if not handles:
+        return
+    batch = QuietTeardown.begin(handles)
+    try:
+        await batch.finish()
+    except Exception as exc:  # logged, as ``_dispose`` does: the others are gone all the same
+        log.warning("unloading %d agents: %r", len(handles), exc)
+    for handle in handles:
+        if not batch.holds(handle):
+            await _dispose(handle)
 
 
 def _options_of(record: Any) -> AgentOptions:

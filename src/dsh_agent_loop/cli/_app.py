@@ -36,6 +36,8 @@ from ..config import RuntimeConfig
 from ..stores import parse_store_url
 from ._approvals import MODES_TEXT, ResumeHint, permission_mode, with_permission_mode
 from ._decide import add_decide_verbs
+from ._fleet import add_fleet_verbs, positive_int
+from ._fleet_worker import add_worker_verb
 from ._setup import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -65,16 +67,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         shown = visible(redact(message))  # it may quote any argument, a store URL among them
         self.exit(EXIT_USAGE, f"{self.prog}: error: {shown} (see {self.prog} --help)\n")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def _non_negative_int(text: str) -> int:
@@ -236,8 +228,8 @@ def _add_simulate(verbs: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="run many agents against a seeded scripted model",
     )
-    sim.add_argument("--agents", type=_positive_int, required=True, metavar="N")
-    sim.add_argument("--turns", type=_positive_int, default=1, metavar="N")
+    sim.add_argument("--agents", type=positive_int, required=True, metavar="N")
+    sim.add_argument("--turns", type=positive_int, default=1, metavar="N")
     sim.add_argument(
         "--tools",
         type=_non_negative_int,
@@ -266,8 +258,9 @@ def _add_simulate(verbs: Any, common: argparse.ArgumentParser) -> None:
         type=_workers,
         default=1,
         metavar="N",
-        help="worker processes, each running a shard of the agents (needs --store memory:;"
-        " default 1: this process; 0: one per CPU)",
+        help="worker processes: each runs a shard of the agents on --store memory:, or all"
+        " share a SQLite or PostgreSQL store as a fleet (default 1: this process; 0: one"
+        " per CPU)",
     )
     sim.add_argument("--shard", help=argparse.SUPPRESS)  # a worker's own: _sim_workers.py
     _add_tool_option(sim)
@@ -295,7 +288,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True, parser_class=_Parser)
-    for add in (_add_run, _add_chat, _add_sessions, _add_simulate, _add_bench, add_decide_verbs):
+    for add in (
+        _add_run,
+        _add_chat,
+        _add_sessions,
+        _add_simulate,
+        _add_bench,
+        add_decide_verbs,
+        add_worker_verb,
+        add_fleet_verbs,
+    ):
         add(verbs, common)
     return parser
 

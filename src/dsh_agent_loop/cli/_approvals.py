@@ -40,6 +40,7 @@ import attrs
 import trio
 
 from .._agent import subagents
+from .._agent.approvals import request_of
 from .._agent.results import ApprovalRequest
 from .._errors import AgentLoopError, SessionNotFoundError
 from .._frozen import thaw
@@ -294,13 +295,7 @@ async def _stored_calls(store: SessionStore, session_id: str) -> list[StoredCall
         StoredCall(
             agent_id,
             session_id,
-            ApprovalRequest(
-                call_id=d["call_id"],
-                name=d["name"],
-                arguments=d["arguments"],
-                turn=d["turn"],
-                step=d["step"],
-            ),
+            request_of(d),
         )
         for d in (e.data for e in state.pending())
     ]

@@ -253,6 +253,36 @@ def _scale_rows(result: Mapping[str, Any], targets: Mapping[str, float]) -> Iter
         )
 
 
+def _fleet_rows(result: Mapping[str, Any], targets: Mapping[str, float]) -> Iterator[Row]:
+    """``dsh_agent_loop.bench.fleet``: send→splice latency and turns/s on 1 and 2 workers."""
+    for store in ("sqlite", "postgres"):
+        figures = result.get(store)
+        if figures is None:
+            continue
+        p50, p99 = figures["latency_p50_ms"], figures["latency_p99_ms"]
+        yield Row(
+            f"fleet_{store}_latency",
+            f"Fleet {store}: send→spliced p50 / p99",
+            f"{p50:.1f} / {p99:.1f} ms",
+            "",
+            None,
+            p50,
+            targets.get(f"fleet_{store}_latency"),
+        )
+        one, two = figures["turns_per_s_1"], figures["turns_per_s_2"]
+        yield Row(
+            f"fleet_{store}_turns",
+            f"Fleet {store}: turns/s, 2 workers (ref: 1 worker)",
+            f"{two:,.0f}/s",
+            f"{one:,.0f}/s",
+            two / one if one else None,
+            two / one if one else 0.0,
+            targets.get(f"fleet_{store}_turns"),
+            share=True,
+            at_least=True,
+        )
+
+
 @attrs.frozen
 class _Bench:
     name: str
@@ -297,6 +327,14 @@ BENCHMARKS: Final = (
         "run_scale_bench",
         _scale_rows,
         None,
+        {"quick": False},
+    ),
+    _Bench(
+        "fleet",
+        "dsh_agent_loop.bench.fleet",
+        "run_fleet_bench",
+        _fleet_rows,
+        {"quick": True},
         {"quick": False},
     ),
     _Bench(

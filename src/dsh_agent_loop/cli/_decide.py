@@ -17,6 +17,10 @@ session's id and the call's id, as ``run`` lists them. Once an agent's calls are
 continuation runs; it is streamed and summarised as ``run`` streams and summarises a turn
 (``--quiet``: no summary).
 
+A session a live fleet worker holds cannot be resumed here (the store refuses a second owner):
+its calls are then decided through the fleet, by the worker that holds it, and the continuation
+is followed in the session's log (``_fleet_decide.py``, docs/design.md#fleet-clients).
+
 Exit codes as ``run``: 0 done; 1 a turn ended ``error`` or ``interrupted``, or the store failed;
 2 bad usage or config, an unknown session or call id, or the agent failed to start; 3 calls still
 wait (one stderr line each, with the commands that decide it); 130 Ctrl-C (the first cancels the
@@ -36,6 +40,7 @@ from rich.text import Text
 
 from .._agent.agent import Agent
 from .._agent.results import ApprovalRequest
+from .._errors import SessionAlreadyOwnedError
 from .._runtime import open_runtime
 from .._session.store import SessionStore
 from .._tools.base import Tool
@@ -52,6 +57,8 @@ from ._approvals import (
     stored_pending,
     with_permission_mode,
 )
+from ._fleet import DEFAULT_WAIT, positive_number
+from ._fleet_decide import DecideOptions, decide_in_fleet, fleet_serves
 from ._render import StreamRenderer
 from ._run import (
     EXIT_INTERRUPTED,
@@ -140,6 +147,14 @@ def add_decide_verbs(verbs: Any, common: argparse.ArgumentParser) -> None:
             metavar="MODE",
             help=f"the mode of every permission policy ({MODES_TEXT}) for the continuation",
         )
+        verb.add_argument(
+            "--timeout",
+            type=positive_number,
+            default=DEFAULT_WAIT,
+            metavar="S",
+            help="for a session a fleet worker holds: seconds to wait for the worker to apply"
+            f" each decision and run the continuation (default {DEFAULT_WAIT:.0f})",
+        )
         verb.set_defaults(handler=decide_verb)
 
 
@@ -191,6 +206,7 @@ def decide_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
             url=url,
             hint=hint,
             quiet=args.quiet,
+            timeout=args.timeout,
         )
     )
 
@@ -221,8 +237,8 @@ def _chosen(waiting: Sequence[StoredCall], decision: Decision, session_id: str) 
 
 async def _waiting_in_store(
     store: SessionStore, session_id: str, url: str, decision: Decision
-) -> tuple[str, list[str]]:
-    """The session's agent id and the ids of the calls to decide (read only).
+) -> tuple[str, list[str], list[StoredCall]]:
+    """The session's agent id, the ids of the calls to decide, and every call waiting (read only).
 
     The store is closed when this raises.
 
@@ -233,7 +249,8 @@ async def _waiting_in_store(
         info = await store.stat(session_id)
         if info is None:
             raise CliError(f"session '{visible(session_id)}' not found in {redact_url(url)}")
-        return info.agent_id, _chosen(await stored_pending(store, session_id), decision, session_id)
+        waiting = await stored_pending(store, session_id)
+        return info.agent_id, _chosen(waiting, decision, session_id), waiting
     except BaseException:
         with trio.CancelScope(shield=True):
             await store.aclose()
@@ -307,15 +324,72 @@ async def decide_session(
     url: str,
     hint: ResumeHint,
     quiet: bool = False,
+    timeout: float = DEFAULT_WAIT,
 ) -> int:
     """Decide the calls, run and stream the continuations; the exit code.
 
+    A session another process holds is decided through the fleet when a live worker serves the
+    store (``_fleet_decide.py``): the worker that holds it applies the decisions.
+
     Raises:
         CliError: an unknown session or call id (nothing is decided or appended then).
+        SessionAlreadyOwnedError: another process holds the session and no fleet serves it.
     """
-    agent_id, chosen = await _waiting_in_store(store, session_id, url, decision)
+    agent_id, chosen, waiting = await _waiting_in_store(store, session_id, url, decision)
     config = _for_session(config, agent_id, session_id)
+    try:
+        return await _decide_here(
+            config,
+            store,
+            settings,
+            session_id=session_id,
+            chosen=chosen,
+            decision=decision,
+            console=console,
+            errors=errors,
+            tools=tools,
+            url=url,
+            hint=hint,
+            quiet=quiet,
+        )
+    except SessionAlreadyOwnedError:
+        if not await fleet_serves(url):
+            raise
+    how = DecideOptions(
+        approve=decision.approve,
+        always=decision.always,
+        message=decision.message,
+        quiet=quiet,
+        timeout=timeout,
+    )
+    calls = [call for call in waiting if call.request.call_id in chosen]
+    return await decide_in_fleet(
+        url, session_id, calls, how, console=console, errors=errors, hint=hint
+    )
+
+
+async def _decide_here(
+    config: RuntimeConfig,
+    store: SessionStore,
+    settings: Mapping[str, Any],
+    *,
+    session_id: str,
+    chosen: Sequence[str],
+    decision: Decision,
+    console: Console,
+    errors: Console,
+    tools: Sequence[Tool],
+    url: str,
+    hint: ResumeHint,
+    quiet: bool,
+) -> int:
+    """Resume the session in this process, decide, and stream the continuations.
+
+    Raises:
+        SessionAlreadyOwnedError: another process holds the session (nothing was decided).
+    """
     async with open_runtime(config, store=store, settings=settings, tools=tools) as rt:
+        _raise_if_owned(rt.start_failures)
         report_start_failures(rt, errors, url)
         if rt.start_failures:
             return EXIT_USAGE
@@ -353,6 +427,13 @@ async def decide_session(
             code = EXIT_INTERRUPTED
         print_stored(StoredAt(url), [session_id], console, errors)  # as run and chat end
         return code
+
+
+def _raise_if_owned(failures: Sequence[Any]) -> None:
+    """Raise the declared agent's ``SessionAlreadyOwnedError``, if that is why it did not start."""
+    for failure in failures:
+        if isinstance(failure.error, SessionAlreadyOwnedError):
+            raise failure.error
 
 
 def _report_waiting(top: Agent, session_id: str, hint: ResumeHint, errors: Console) -> bool:

@@ -76,6 +76,10 @@ class SimSummary:
     """Agents running a turn at the same time (0: every agent at once), in each worker."""
     workers: int = 1
     """Processes the agents ran in (``--workers``)."""
+    activations: tuple[int, ...] = ()
+    """Sessions each fleet worker activated (a run on a shared store; empty otherwise)."""
+    worker_peak_mb: tuple[float, ...] = ()
+    """Peak resident memory of each fleet worker, MB (a run on a shared store)."""
     replies_digest: str = ""
     """A digest of every session's prompts, replies and tool-call arguments, whatever the order
     the sessions ran in: two seeded runs (with any number of workers) that held the same
@@ -172,6 +176,12 @@ def print_summary(summary: SimSummary, console: Console) -> None:
         soft_wrap=True,
         highlight=False,
     )
+    if summary.activations:
+        each = ", ".join(
+            f"{n:,} ({mb:,.0f} MB peak)"
+            for n, mb in zip(summary.activations, summary.worker_peak_mb, strict=False)
+        )
+        console.print(f"fleet workers activated sessions: {each}", soft_wrap=True, highlight=False)
     for sample in summary.violation_samples:
         console.print(f"violation: {sample}", soft_wrap=True, markup=False, highlight=False)
     if summary.turns_completed != summary.turns_total:

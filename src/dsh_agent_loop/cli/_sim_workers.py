@@ -24,55 +24,72 @@ cancelled (``trio.run_process`` terminates and reaps them); Ctrl-C cancels them 
 Workers run in sessions of their own, so a terminal's Ctrl-C reaches the parent only, which
 ends them: nothing is left behind.
 
-A store shared by the workers (SQLite, PostgreSQL) needs the fleet, which is not built yet:
-such a run is refused as bad usage before any process starts.
+A store the workers share (SQLite, PostgreSQL) runs the simulation on the fleet instead
+(``_sim_fleet.py``): the same hidden ``--shard I/N`` makes a child a fleet worker, and the
+parent creates and prompts the agents through a fleet client. Any other store (``jsonl:``)
+cannot carry a fleet: more than one worker on it is refused as bad usage before any process
+starts.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
-import time
-from collections import deque
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any, Final, TextIO, final
+from typing import Any, Final, TextIO
 
 import attrs
 import trio
 from rich.console import Console
-from rich.progress import Progress
 
 from .._session.store import SessionStore
 from .._tools.base import Tool
 from ..config import RuntimeConfig
 from ..stores import parse_store_url
 from ._setup import EXIT_OK, CliError
+from ._sim_procs import (
+    SHARD_VARIABLE,
+    Reporting,
+    Reports,
+    Worker,
+    WorkerFailed,
+    first_failure,
+    report_failure,
+    run_watched,
+    watch,
+)
 from ._sim_summary import DIGEST_MODULUS, LatencyHistogram, SimSummary
 from ._simulate import CHECKING, CREATING, RUNNING, Counts, SimOptions, refresh, sim_bars, simulate
 from ._terminal import redact_url
 
 __all__ = [
+    "FLEET_SCHEMES",
     "MAX_WORKERS",
     "SHARD_VARIABLE",
+    "Reporting",
+    "Reports",
+    "Worker",
+    "WorkerFailed",
+    "first_failure",
+    "on_fleet",
     "parse_shard",
+    "report_failure",
     "run_shard",
     "run_workers",
     "shard_count",
+    "watch",
 ]
 
 #: The most worker processes ``--workers`` takes.
 MAX_WORKERS: Final = 64
-#: The environment variable holding a worker's shard index (``0`` … ``N-1``), for its tools.
-SHARD_VARIABLE: Final = "DSH_AGENT_SIM_SHARD"
-#: Stderr lines of a worker kept to show when it fails.
-STDERR_TAIL: Final = 20
-#: The longest report line a worker may write (bytes); a longer one fails the worker.
-_MAX_LINE: Final = 1 << 20
-#: Characters kept of one stderr line.
-_MAX_STDERR_LINE: Final = 500
+#: Store schemes whose simulation workers share the store through the fleet.
+FLEET_SCHEMES: Final = frozenset({"sqlite", "postgresql", "postgres"})
+
+
+def on_fleet(url: str) -> bool:
+    """True when ``--workers`` on ``url`` runs on the fleet (a store every worker can reach)."""
+    return parse_store_url(url).scheme in FLEET_SCHEMES
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -92,52 +109,21 @@ def shard_count(workers: int, agents: int, url: str) -> int:
     """The worker processes ``--workers`` asks for: ``0`` is one per CPU, never more than agents.
 
     Raises:
-        CliError: more than one worker on a store that is not ``memory:`` (exit 2).
+        CliError: more than one worker on a store that is neither ``memory:`` (a store per
+            worker) nor one the fleet can share (SQLite, PostgreSQL) (exit 2).
     """
     count = min(workers or os.cpu_count() or 1, MAX_WORKERS, agents)
-    if count > 1 and parse_store_url(url).scheme != "memory":
+    scheme = parse_store_url(url).scheme
+    if count > 1 and scheme != "memory" and scheme not in FLEET_SCHEMES:
         raise CliError(
-            f"simulate: --workers {count} on {redact_url(url)}: sharing a SQLite or PostgreSQL "
-            "store across simulation workers needs the fleet, which is not built yet; use "
-            "--store memory: or --workers 1"
+            f"simulate: --workers {count} on {redact_url(url)}: workers share a store through "
+            "the fleet, which needs SQLite (sqlite:///PATH) or PostgreSQL (postgresql://...); "
+            "use one of those, --store memory: (a store per worker) or --workers 1"
         )
     return count
 
 
 # -- the worker side --------------------------------------------------------------------------
-
-
-@final
-class _Reporting(Counts):
-    """``Counts`` that report to the parent as JSON lines instead of drawing bars."""
-
-    __slots__ = ("out", "sent")
-
-    def __init__(self, out: TextIO) -> None:
-        progress = Progress(disable=True, auto_refresh=False, get_time=time.perf_counter)
-        super().__init__(progress, [progress.add_task("", start=False) for _ in range(3)])
-        self.out = out
-        self.sent = [0, 0, 0]
-
-    def emit(self, record: Mapping[str, Any]) -> None:
-        self.out.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self.out.flush()
-
-    def begin(self, index: int) -> None:
-        super().begin(index)
-        self.emit({"sim": "begin", "phase": index})
-
-    def end(self, index: int) -> float:
-        self.sync()  # the counts first: the parent's bar is full when it stops
-        elapsed = super().end(index)
-        self.emit({"sim": "end", "phase": index})
-        return elapsed
-
-    def sync(self) -> None:
-        counts = [done - sent for done, sent in zip(self.done, self.sent, strict=True)]
-        if any(counts):
-            self.sent = list(self.done)
-            self.emit({"sim": "done", "counts": counts})
 
 
 def run_shard(
@@ -149,9 +135,16 @@ def run_shard(
     tools: Sequence[Tool],
     out: TextIO = sys.stdout,
 ) -> int:
-    """Run shard ``shard`` (``(I, N)``) of ``options``' agents, reporting on ``out``; exit 0."""
+    """Run shard ``shard`` (``(I, N)``) of ``options``' agents, reporting on ``out``; exit 0.
+
+    On a store the fleet shares, the shard is a fleet worker instead (``_sim_fleet``).
+    """
     options = attrs.evolve(options, shard=shard[0], workers=shard[1])
-    counts = _Reporting(out)
+    if not _is_memory(store):
+        from ._sim_fleet import run_fleet_worker
+
+        return run_fleet_worker(options, store, settings, config, tools, out)
+    counts = Reporting(out)
     run, tally = trio.run(partial(simulate, options, store, settings, counts, config, tools))
     counts.emit(
         {
@@ -172,25 +165,13 @@ def run_shard(
     return EXIT_OK
 
 
+def _is_memory(store: SessionStore) -> bool:
+    from ..stores import MemoryStore
+
+    return isinstance(store, MemoryStore)
+
+
 # -- the parent side --------------------------------------------------------------------------
-
-
-@attrs.define
-class _Worker:
-    """One worker process as the parent sees it."""
-
-    shard: int
-    record: dict[str, Any] | None = None
-    stderr: deque[str] = attrs.field(factory=lambda: deque(maxlen=STDERR_TAIL))
-    failure: str = ""
-
-
-@final
-class _WorkerFailed(Exception):
-    def __init__(self, worker: _Worker, why: str) -> None:
-        super().__init__(why)
-        self.worker = worker
-        self.why = why
 
 
 @attrs.define
@@ -203,7 +184,7 @@ class _Phases:
     ended: list[int] = attrs.field(factory=lambda: [0] * 3)
     seconds: list[float] = attrs.field(factory=lambda: [0.0] * 3)
 
-    def take(self, record: Mapping[str, Any], worker: _Worker) -> None:
+    def take(self, record: Mapping[str, Any], worker: Worker) -> None:
         kind = record.get("sim")
         if kind == "done":
             for index, count in enumerate(record["counts"]):
@@ -221,96 +202,21 @@ class _Phases:
             worker.record = dict(record)
 
 
-@final
-class _Lines:
-    """The lines of a byte stream, fed its chunks; one longer than ``limit`` is cut there."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.pending = b""
-
-    def feed(self, chunk: bytes | bytearray) -> list[bytes]:
-        """The lines ``chunk`` completes (without their newline)."""
-        *lines, self.pending = (self.pending + chunk).split(b"\n")
-        if len(self.pending) > self.limit:
-            lines.append(self.pending)
-            self.pending = b""
-        return lines
-
-    def end(self) -> list[bytes]:
-        """The last line, had it no newline."""
-        rest, self.pending = self.pending, b""
-        return [rest] if rest else []
-
-
-async def _read_reports(stream: trio.abc.ReceiveStream, worker: _Worker, phases: _Phases) -> None:
-    lines = _Lines(_MAX_LINE)
-    async for chunk in stream:
-        for line in lines.feed(chunk):
-            _take(line, worker, phases)
-    for line in lines.end():
-        _take(line, worker, phases)
-
-
-def _take(line: bytes, worker: _Worker, phases: _Phases) -> None:
-    if len(line) > _MAX_LINE:
-        raise _WorkerFailed(worker, f"wrote a report line longer than {_MAX_LINE:,} bytes")
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return  # not a report (a tool printing on stdout): not ours to read
-    if isinstance(record, dict) and "sim" in record:
-        try:
-            phases.take(record, worker)
-        except (LookupError, TypeError, ValueError):
-            raise _WorkerFailed(worker, f"wrote a malformed report: {line[:200]!r}") from None
-
-
-async def _keep_tail(stream: trio.abc.ReceiveStream, worker: _Worker) -> None:
-    lines = _Lines(_MAX_STDERR_LINE)
-    async for chunk in stream:
-        for line in lines.feed(chunk):
-            worker.stderr.append(line[:_MAX_STDERR_LINE].decode(errors="replace"))
-    for line in lines.end():
-        worker.stderr.append(line[:_MAX_STDERR_LINE].decode(errors="replace"))
-
-
-async def _watch(command: Sequence[str], worker: _Worker, phases: _Phases) -> None:
-    """Run one worker to its end; ``_WorkerFailed`` when it fails."""
-    env = {**os.environ, SHARD_VARIABLE: str(worker.shard)}
-    async with trio.open_nursery() as nursery:
-        process: trio.Process = await nursery.start(
-            partial(
-                trio.run_process,
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                check=False,
-                env=env,
-                start_new_session=True,  # a terminal's Ctrl-C is the parent's to handle
-            )
-        )
-        assert process.stdout is not None
-        assert process.stderr is not None
-        nursery.start_soon(_keep_tail, process.stderr, worker)
-        await _read_reports(process.stdout, worker, phases)
-    if process.returncode != 0:
-        raise _WorkerFailed(worker, f"exited with code {process.returncode}")
-    if worker.record is None:
-        raise _WorkerFailed(worker, "exited without its summary")
-
-
 def run_workers(
     options: SimOptions, url: str, command: Sequence[str], console: Console, errors: Console
 ) -> SimSummary | None:
     """Run ``options.workers`` workers (``command`` plus ``--shard I/N``); the merged summary.
 
-    None when a worker failed: which one and its last stderr lines are on ``errors``.
+    None when a worker failed: which one and its last stderr lines are on ``errors``. On a store
+    the fleet shares, the workers are fleet workers (``_sim_fleet.run_fleet``).
     """
+    if on_fleet(url):
+        from ._sim_fleet import run_fleet
+
+        return run_fleet(options, url, command, console, errors)
     counts = sim_bars(console, options)
     phases = _Phases(counts, options.workers)
-    workers = [_Worker(shard) for shard in range(options.workers)]
+    workers = [Worker(shard) for shard in range(options.workers)]
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -318,49 +224,15 @@ def run_workers(
             async with trio.open_nursery() as running:
                 for worker in workers:
                     shard = ["--shard", f"{worker.shard}/{options.workers}"]
-                    running.start_soon(_watch, [*command, *shard], worker, phases)
+                    running.start_soon(watch, [*command, *shard], worker, phases)
             nursery.cancel_scope.cancel()
 
-    failed: _WorkerFailed | None = None
-    try:
-        with counts.progress:
-            trio.run(main)
-    except* _WorkerFailed as group:
-        failed = _first_failure(group)
-    if failed is not None:
-        _report_failure(failed, options.workers, errors)
+    if not run_watched(main, counts.progress, workers, errors, "shard"):
         return None
-    for worker in workers:  # what they logged (warnings), after the bars
-        for line in worker.stderr:
-            errors.print(f"shard {worker.shard}: {line}", soft_wrap=True, markup=False)
     return _merge(options, url, workers, phases)
 
 
-def _first_failure(group: BaseExceptionGroup[_WorkerFailed]) -> _WorkerFailed:
-    leaves: list[_WorkerFailed] = []
-    pending: list[BaseException] = [group]
-    while pending:
-        error = pending.pop()
-        if isinstance(error, BaseExceptionGroup):
-            pending.extend(error.exceptions)
-        elif isinstance(error, _WorkerFailed):
-            leaves.append(error)
-    return min(leaves, key=lambda error: error.worker.shard)
-
-
-def _report_failure(failed: _WorkerFailed, workers: int, errors: Console) -> None:
-    worker = failed.worker
-    tail = list(worker.stderr)
-    said = f"; its last {len(tail)} stderr lines:" if tail else " (nothing on stderr)"
-    lines = [f"simulate: the worker of shard {worker.shard} of {workers} {failed.why}{said}"]
-    lines.extend(f"  {line}" for line in tail)
-    for line in lines:
-        errors.print(line, soft_wrap=True, markup=False, highlight=False)
-
-
-def _merge(
-    options: SimOptions, url: str, workers: Sequence[_Worker], phases: _Phases
-) -> SimSummary:
+def _merge(options: SimOptions, url: str, workers: Sequence[Worker], phases: _Phases) -> SimSummary:
     """One summary of the shards' records: sums, merged latencies, the phases' spans."""
     records = [worker.record for worker in workers if worker.record is not None]
     turn_ends: dict[str, int] = {}

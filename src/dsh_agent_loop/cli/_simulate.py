@@ -7,7 +7,8 @@ prompts at once, one queued prompt per turn, and the next agent is prompted when
 ``--concurrency 0`` prompts every agent at once). All agents stay alive until every one is idle.
 A run may be one shard of a larger one (``SimOptions.workers`` > 1): agents ``sim-k`` with
 ``k % workers == shard`` only, with the same ids and prompts (``_sim_workers.py`` runs the
-shards in worker processes and merges their figures).
+shards in worker processes and merges their figures); on a store the workers share, the fleet
+runs them instead (``_sim_fleet.py``).
 Each turn is ``--tools`` steps that call the built-in ``sim_tool`` and a final text step.
 Replies are a pure function of ``(seed, prompt, step)``, never of scheduling, so a seeded run
 repeats everything but session ids and times. The progress bar counts turns as they reach
@@ -108,6 +109,7 @@ __all__ = [
     "Tally",
     "exit_code",
     "print_summary",
+    "read_back",
     "refresh",
     "run_simulation",
     "sim_bars",
@@ -277,6 +279,10 @@ _READERS: Final = 64
 
 
 async def _read_back(store: SessionStore, session_ids: Sequence[str], counts: Counts) -> Tally:
+    """Read every session back and check it (``CHECKING`` counts them); closes ``store``.
+
+    ``read_back`` calls it at call time, so a test that replaces it here reaches every run.
+    """
     tally = Tally()
     done = counts.done
     remaining = iter(session_ids)
@@ -298,6 +304,11 @@ async def _read_back(store: SessionStore, session_ids: Sequence[str], counts: Co
         with trio.CancelScope(shield=True):
             await store.aclose()
     return tally
+
+
+async def read_back(store: SessionStore, session_ids: Sequence[str], counts: Counts) -> Tally:
+    """``_read_back`` for another simulation module (the fleet's parent)."""
+    return await _read_back(store, session_ids, counts)
 
 
 class _PhaseSeconds(ProgressColumn):
