@@ -272,7 +272,10 @@ async def test_status_shows_the_worker_and_the_backlog(fleet_store: Factory) -> 
                 while (await client.status()).undelivered:
                     await trio.sleep(0.05)
             during = await client.status()
+            holder = await client.owner(sid)
         after = await client.status()
+        assert await client.owner(sid) is None  # given back when the worker stopped
+    assert holder == "w-1"
     assert [(w.worker_id, w.alive, w.state) for w in during.workers] == [("w-1", True, "running")]
     assert during.oldest_undelivered_age is None
     assert after.workers == ()  # a clean stop removes the worker's row

@@ -360,6 +360,14 @@ class FleetClient:
         """
         return EventTail(self, session_id, after_seq + 1, poll_interval)
 
+    async def owner(self, session_id: str) -> str | None:
+        """The live worker that holds ``session_id`` now, or None (nobody, or a gone worker)."""
+        _check_id("session_id", session_id)
+        found = await self._db.run(_sql.assigned_worker, session_id, again=True)
+        if found is None or time.time() - found[1] >= self.lease:
+            return None
+        return found[0]
+
     async def status(self) -> FleetStatus:
         """Live workers, sessions waiting and the age of the oldest undelivered message."""
         rows = await self._db.run(_sql.workers, again=True)

@@ -252,10 +252,14 @@ def waiting(tx: Tx, p: str) -> tuple[int, int, float | None]:
     return int(sessions), int(m[0]), (None if m[2] is None else float(m[2]))
 
 
-def assigned_worker(tx: Tx, p: str, sid: str) -> str | None:
-    """The worker ``sid`` is assigned to, or None."""
-    rows = tx.all(f"SELECT worker_id FROM {p}fleet_sessions WHERE session_id = ?", (sid,))
-    return None if not rows or rows[0][0] is None else str(rows[0][0])
+def assigned_worker(tx: Tx, p: str, sid: str) -> tuple[str, float] | None:
+    """The worker ``sid`` is assigned to and its last heartbeat, or None (nobody, or no row)."""
+    rows = tx.all(
+        f"SELECT w.worker_id, w.heartbeat_at FROM {p}fleet_sessions s"
+        f" JOIN {p}fleet_workers w ON w.worker_id = s.worker_id WHERE s.session_id = ?",
+        (sid,),
+    )
+    return (str(rows[0][0]), float(rows[0][1])) if rows else None
 
 
 # --- workers -----------------------------------------------------------------------------------

@@ -328,12 +328,12 @@ async def decide_session(
 ) -> int:
     """Decide the calls, run and stream the continuations; the exit code.
 
-    A session another process holds is decided through the fleet when a live worker serves the
-    store (``_fleet_decide.py``): the worker that holds it applies the decisions.
+    A session another process holds is decided through the fleet when a live fleet worker holds
+    it (``_fleet_decide.py``): that worker applies the decisions.
 
     Raises:
         CliError: an unknown session or call id (nothing is decided or appended then).
-        SessionAlreadyOwnedError: another process holds the session and no fleet serves it.
+        SessionAlreadyOwnedError: another process, not a live fleet worker, holds the session.
     """
     agent_id, chosen, waiting = await _waiting_in_store(store, session_id, url, decision)
     config = _for_session(config, agent_id, session_id)
@@ -353,7 +353,7 @@ async def decide_session(
             quiet=quiet,
         )
     except SessionAlreadyOwnedError:
-        if not await fleet_serves(url):
+        if not await fleet_serves(url, session_id):
             raise
     how = DecideOptions(
         approve=decision.approve,

@@ -37,8 +37,8 @@ __all__ = ["DecideOptions", "decide_in_fleet", "fleet_serves"]
 _POLL: Final = 0.05
 
 
-async def fleet_serves(url: str) -> bool:
-    """True when ``url``'s store can carry a fleet and a live worker serves it."""
+async def fleet_serves(url: str, session_id: str) -> bool:
+    """True when ``url``'s store carries a fleet and a live worker of it holds ``session_id``."""
     store = make_store(url)
     try:
         try:
@@ -46,10 +46,9 @@ async def fleet_serves(url: str) -> bool:
         except ConfigError:
             return False
         try:
-            status = await client.status()
+            return await client.owner(session_id) is not None
         finally:
             await client.aclose()
-        return any(worker.alive for worker in status.workers)
     finally:
         with trio.CancelScope(shield=True):
             await store.aclose()
