@@ -36,8 +36,9 @@ from ..config import RuntimeConfig
 from ..stores import parse_store_url
 from ._approvals import MODES_TEXT, ResumeHint, permission_mode, with_permission_mode
 from ._decide import add_decide_verbs
-from ._fleet import add_fleet_verbs, positive_int
+from ._fleet import add_fleet_verbs
 from ._fleet_worker import add_worker_verb
+from ._numbers import non_negative_float, non_negative_int, positive_int
 from ._setup import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -69,28 +70,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {shown} (see {self.prog} --help)\n")
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
-
-
 def _workers(text: str) -> int:
-    value = _non_negative_int(text)
+    value = non_negative_int(text)
     if value > 64:  # _sim_workers.MAX_WORKERS
         raise argparse.ArgumentTypeError(f"expected an integer from 0 to 64, got {text!r}")
     return value
@@ -232,21 +213,21 @@ def _add_simulate(verbs: Any, common: argparse.ArgumentParser) -> None:
     sim.add_argument("--turns", type=positive_int, default=1, metavar="N")
     sim.add_argument(
         "--tools",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=1,
         metavar="N",
         help="tool-call steps per turn before the text reply",
     )
     sim.add_argument(
         "--latency-ms",
-        type=_non_negative_float,
+        type=non_negative_float,
         default=0.0,
         metavar="MS",
         help="model latency per streamed chunk",
     )
     sim.add_argument(
         "--concurrency",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=256,
         metavar="N",
         help="agents running a turn at the same time (default 256; 0: every agent at once)",

@@ -57,8 +57,9 @@ from ._approvals import (
     stored_pending,
     with_permission_mode,
 )
-from ._fleet import DEFAULT_WAIT, positive_number
+from ._fleet import DEFAULT_WAIT
 from ._fleet_decide import DecideOptions, decide_in_fleet, fleet_serves
+from ._numbers import positive_number
 from ._render import StreamRenderer
 from ._run import (
     EXIT_INTERRUPTED,

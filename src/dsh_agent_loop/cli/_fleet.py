@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -40,6 +39,7 @@ from .._errors import ConfigError, SessionNotFoundError
 from .._session.store import SessionStore
 from ..fleet import FleetClient, FleetCommandError, FleetStatus, open_client
 from ._approvals import ResumeHint, pending_line, stored_pending
+from ._numbers import positive_number
 from ._run import EXIT_INTERRUPTED, print_stored
 from ._setup import (
     EXIT_AWAITING,
@@ -57,8 +57,6 @@ from ._terminal import TerminalGuard, consoles, json_visible, redact_url, visibl
 __all__ = [
     "add_fleet_verbs",
     "fleet_store",
-    "positive_int",
-    "positive_number",
     "print_status",
     "send_message",
 ]
@@ -67,28 +65,6 @@ __all__ = [
 DEFAULT_WAIT: Final = 30.0
 #: Turn-end kinds that make ``send --wait`` exit 1.
 _FAILED: Final = frozenset({"error", "interrupted", "blocked", "aborted"})
-
-
-def positive_int(text: str) -> int:
-    """An ``argparse`` type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def positive_number(text: str) -> float:
-    """An ``argparse`` type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
 
 
 def fleet_store(store: SessionStore, verb: str) -> None:

@@ -39,7 +39,8 @@ from .._session.store import SessionStore
 from ..config import RuntimeConfig
 from ..fleet import FleetOptions
 from ._approvals import MODES_TEXT, permission_mode, with_permission_mode
-from ._fleet import fleet_store, positive_int, positive_number
+from ._fleet import fleet_store
+from ._numbers import positive_int, positive_number
 from ._setup import (
     EXIT_OK,
     CliError,

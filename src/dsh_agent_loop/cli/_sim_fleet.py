@@ -63,7 +63,7 @@ from ._sim_procs import (
     watch,
 )
 from ._sim_script import SimScript, sim_tool
-from ._sim_summary import DIGEST_MODULUS, SimSummary, percentile
+from ._sim_summary import DIGEST_MODULUS, SimSummary, percentile, run_fields
 from ._simulate import (
     CHECKING,
     CREATING,
@@ -78,7 +78,6 @@ from ._simulate import (
     sim_bars,
     sim_config,
 )
-from ._terminal import redact_url
 
 __all__ = ["CREATORS", "IDLE_UNLOAD_S", "run_fleet", "run_fleet_worker"]
 
@@ -346,30 +345,17 @@ def _summary(
 ) -> SimSummary:
     records = [worker.record or {} for worker in workers]
     ordered = sorted(tally.step_times)
-    wall_s = spans.wall_s
     return SimSummary(
-        store=redact_url(url),
-        agents=options.agents,
-        turns_total=options.agents * options.turns,
-        turns_completed=tally.turn_ends.get("completed", 0),
-        turn_ends=dict(sorted(tally.turn_ends.items())),
+        **run_fields(options, url, tally.turn_ends, tally.steps, spans.wall_s),
         events=tally.events,
-        steps=tally.steps,
-        wall_s=wall_s,
         create_s=spans.create_s,
         close_s=spans.close_s,
         check_s=spans.check_s,
-        steps_per_s=tally.steps / wall_s if wall_s > 0 else 0.0,
         step_p50_ms=percentile(ordered, 0.50) * 1000,
         step_p99_ms=percentile(ordered, 0.99) * 1000,
         mb_per_agent=sum(r.get("rss_growth", 0) for r in records) / options.agents / 1e6,
         violations=tally.violations,
         violation_samples=tuple(tally.samples),
-        seed=options.seed,
-        tools=options.tools,
-        latency_ms=options.latency_ms,
-        concurrency=options.concurrency,
-        workers=options.workers,
         replies_digest=f"{tally.digest % DIGEST_MODULUS:016x}",
         activations=tuple(int(r.get("activations", 0)) for r in records),
         worker_peak_mb=tuple(round(r.get("peak_rss", 0) / 1e6, 1) for r in records),

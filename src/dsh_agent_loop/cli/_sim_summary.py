@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final, final
+from typing import Any, Final, Protocol, final
 
 import attrs
 from rich.console import Console
@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ._setup import EXIT_FAILED, EXIT_OK
+from ._terminal import redact_url
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -28,6 +29,7 @@ __all__ = [
     "exit_code",
     "percentile",
     "print_summary",
+    "run_fields",
     "write_json",
 ]
 
@@ -93,6 +95,50 @@ class SimSummary:
     def ok(self) -> bool:
         """Every turn completed and no invariant was violated."""
         return self.violations == 0 and self.turns_completed == self.turns_total
+
+
+class RunShape(Protocol):
+    """What ``run_fields`` reads of a run's options (``SimOptions``)."""
+
+    @property
+    def agents(self) -> int: ...
+    @property
+    def turns(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def tools(self) -> int: ...
+    @property
+    def latency_ms(self) -> float: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def workers(self) -> int: ...
+
+
+def run_fields(
+    options: RunShape, url: str, turn_ends: Mapping[str, int], steps: int, wall_s: float
+) -> dict[str, Any]:
+    """The ``SimSummary`` fields every way of running fills alike, as keyword arguments.
+
+    The options the run was asked for, the store (its password hidden), the turn ends and the
+    step rate; each runner adds its own timings, latencies, memory and digest.
+    """
+    return {
+        "store": redact_url(url),
+        "agents": options.agents,
+        "turns_total": options.agents * options.turns,
+        "turns_completed": turn_ends.get("completed", 0),
+        "turn_ends": dict(sorted(turn_ends.items())),
+        "steps": steps,
+        "wall_s": wall_s,
+        "steps_per_s": steps / wall_s if wall_s > 0 else 0.0,
+        "seed": options.seed,
+        "tools": options.tools,
+        "latency_ms": options.latency_ms,
+        "concurrency": options.concurrency,
+        "workers": options.workers,
+    }
 
 
 def percentile(ordered: Sequence[float], fraction: float) -> float:

@@ -59,7 +59,7 @@ from ._sim_procs import (
     run_watched,
     watch,
 )
-from ._sim_summary import DIGEST_MODULUS, LatencyHistogram, SimSummary
+from ._sim_summary import DIGEST_MODULUS, LatencyHistogram, SimSummary, run_fields
 from ._simulate import CHECKING, CREATING, RUNNING, Counts, SimOptions, refresh, sim_bars, simulate
 from ._terminal import redact_url
 
@@ -246,27 +246,15 @@ def _merge(options: SimOptions, url: str, workers: Sequence[Worker], phases: _Ph
     steps = sum(record["steps"] for record in records)
     wall_s = phases.seconds[RUNNING]
     return SimSummary(
-        store=redact_url(url),
-        agents=options.agents,
-        turns_total=options.agents * options.turns,
-        turns_completed=turn_ends.get("completed", 0),
-        turn_ends=dict(sorted(turn_ends.items())),
+        **run_fields(options, url, turn_ends, steps, wall_s),
         events=sum(record["events"] for record in records),
-        steps=steps,
-        wall_s=wall_s,
         create_s=phases.seconds[CREATING],
         close_s=max(record["close_s"] for record in records),
         check_s=phases.seconds[CHECKING],
-        steps_per_s=steps / wall_s if wall_s > 0 else 0.0,
         step_p50_ms=histogram.percentile(0.50) * 1000,
         step_p99_ms=histogram.percentile(0.99) * 1000,
         mb_per_agent=sum(record["rss_growth"] for record in records) / options.agents / 1e6,
         violations=sum(record["violations"] for record in records),
         violation_samples=tuple(samples),
-        seed=options.seed,
-        tools=options.tools,
-        latency_ms=options.latency_ms,
-        concurrency=options.concurrency,
-        workers=options.workers,
         replies_digest=f"{sum(r['digest'] for r in records) % DIGEST_MODULUS:016x}",
     )

@@ -92,9 +92,9 @@ from ._sim_summary import (
     exit_code,
     percentile,
     print_summary,
+    run_fields,
     write_json,
 )
-from ._terminal import redact_url
 
 __all__ = [
     "CHECKING",
@@ -505,27 +505,16 @@ async def run_simulation(
         run, tally = await simulate(options, store, settings, counts, config, tools)
     ordered = sorted(tally.step_times)
     return SimSummary(
-        store=redact_url(url),
-        agents=options.agents,
-        turns_total=options.agents * options.turns,
-        turns_completed=tally.turn_ends.get("completed", 0),
-        turn_ends=dict(sorted(tally.turn_ends.items())),
+        **run_fields(options, url, tally.turn_ends, tally.steps, run.wall_s),
         events=tally.events,
-        steps=tally.steps,
-        wall_s=run.wall_s,
         create_s=run.create_s,
         close_s=run.close_s,
         check_s=run.check_s,
-        steps_per_s=tally.steps / run.wall_s if run.wall_s > 0 else 0.0,
         step_p50_ms=percentile(ordered, 0.50) * 1000,
         step_p99_ms=percentile(ordered, 0.99) * 1000,
         mb_per_agent=run.rss_growth / options.agents / 1e6,
         violations=tally.violations,
         violation_samples=tuple(tally.samples),
-        seed=options.seed,
-        tools=options.tools,
-        latency_ms=options.latency_ms,
-        concurrency=options.concurrency,
         replies_digest=f"{tally.digest:016x}",
     )
 
