@@ -121,6 +121,8 @@ async def test_send_is_idempotent_and_checks_its_input(fleet_store: Factory) -> 
             await client.send(sid, "hi", kind="shout")
         with pytest.raises(LimitExceededError):
             await client.send(sid, "x" * 1_000_001)
+        with pytest.raises(LimitExceededError):
+            await client.deny(sid, "c1", "x" * 1_000_001, wait=False)
         first = await client.send(sid, "hi", message_id="m1")
         second = await client.send(sid, "hi again", message_id="m1")
         assert first == second == "m1"

@@ -268,7 +268,17 @@ class FleetClient:
     # --- commands ------------------------------------------------------------------------------
 
     async def _command(self, session_id: str, kind: str, args: Mapping[str, Any]) -> int:
+        """Queue one command; its number.
+
+        Raises:
+            LimitExceededError: its arguments (a denial's message) are over ``MAX_MESSAGE_BYTES``.
+        """
         body = json.dumps(dict(args), ensure_ascii=False)
+        size = len(body.encode())
+        if size > MAX_MESSAGE_BYTES:
+            raise LimitExceededError(
+                f"{kind} of {size} bytes is over the fleet's {MAX_MESSAGE_BYTES}"
+            )
         return await self._db.run(
             _sql.command, session_id, kind, body, time.time(), False, again=False
         )
