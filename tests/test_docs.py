@@ -281,6 +281,7 @@ PINNED_NAMESPACES = frozenset(
         "dsh_agent_loop.events",
         "dsh_agent_loop.mcp",
         "dsh_agent_loop.otel",
+        "dsh_agent_loop.serve",
         "dsh_agent_loop.config",
         "dsh_agent_loop.invariants",
     }

@@ -50,8 +50,8 @@ COMPOSITION = ("_runtime", "_compose", "_providers")
 #: Group → the groups it may import, top to bottom (the order of the table).
 ALLOWED: Mapping[str, tuple[str, ...]] = {
     "cli": (
-        "root", "runtime", "fleet", "_agent", "invariants", "stores", "mcp", "config", "llm",
-        "_tools", "_session", "base",
+        "root", "runtime", "_serve", "fleet", "_agent", "invariants", "stores", "mcp", "config",
+        "llm", "_tools", "_session", "base",
     ),
     "bench": ("root", "stores", "llm", "base"),
     "testing": ("runtime", "_agent", "invariants", "stores", "llm", "_tools", "_session", "base"),
@@ -63,6 +63,8 @@ ALLOWED: Mapping[str, tuple[str, ...]] = {
         "otel", "fleet", "_fleet", "_agent", "stores", "mcp", "config", "llm", "_tools",
         "_session", "base",
     ),
+    "serve": ("_serve",),
+    "_serve": ("fleet", "_fleet", "_agent", "_session", "base"),
     "fleet": ("_fleet",),
     "_fleet": ("_agent", "stores", "_session", "base"),
     "otel": ("_agent", "_session", "base"),

@@ -3,8 +3,9 @@
 What users and extension authors import is chosen: the root; ``testing``; ``stores`` (the store
 protocol and records, the built-in stores, store URLs) with ``stores.sqlite`` and
 ``stores.postgres``; ``llm`` (request, chunk and usage types, the adapter protocol, the built-in
-adapters); ``events``; ``mcp``; ``otel``; ``config``; plus ``invariants`` (the log checker),
-``cli`` (the ``dsh-agent`` entry point) and the ``bench`` modules that ``scripts/bench`` wraps.
+adapters); ``events``; ``mcp``; ``otel``; ``config``; ``fleet``; ``serve`` (the server, an
+extra); plus ``invariants`` (the log checker), ``cli`` (the ``dsh-agent`` entry point) and the
+``bench`` modules that ``scripts/bench`` wraps.
 Every other module is internal and named so: a dotted-path part starting with ``_``.
 
 Changing one of these lists is fine when the change is meant (update CHANGELOG.md with it); the
@@ -100,6 +101,7 @@ PINNED = {
         "explore_cancellation_async",
     ],
     "dsh_agent_loop.otel": ["trace_runtime"],
+    "dsh_agent_loop.serve": ["serve"],
     "dsh_agent_loop.fleet": [
         "FleetClient",
         "FleetCommandError",

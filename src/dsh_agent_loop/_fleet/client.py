@@ -121,16 +121,36 @@ class FleetClient:
         """Close the fleet's connections (the store is the caller's)."""
         await self._db.aclose()
 
-    async def _check_known(self, session_id: str) -> None:
-        """Raise ``SessionNotFoundError`` unless the fleet or the store has ``session_id``."""
+    async def known(self, session_id: str) -> bool:
+        """True when the store has ``session_id`` or the fleet has it queued for creation.
+
+        Raises:
+            InvalidOptionError: not a session id (empty, or over ``MAX_ID`` characters).
+        """
         _check_id("session_id", session_id)
         if session_id in self._known:
-            return
+            return True
         known = await self._db.run(_sql.known, session_id, again=True)
         if not known and await self.store.stat(session_id) is None:
-            raise SessionNotFoundError(f"session {session_id!r} not found")
+            return False
         if len(self._known) < 100_000:
             self._known.add(session_id)
+        return True
+
+    async def queued(self, session_id: str) -> tuple[str, float] | None:
+        """``(agent_id, when)`` of a session ``create`` queued, until a worker creates it.
+
+        None once the store has the session, or when no ``create`` queued it.
+        """
+        _check_id("session_id", session_id)
+        if await self.store.stat(session_id) is not None:
+            return None
+        return await self._db.run(_sql.creation, session_id, again=True)
+
+    async def _check_known(self, session_id: str) -> None:
+        """Raise ``SessionNotFoundError`` unless the fleet or the store has ``session_id``."""
+        if not await self.known(session_id):
+            raise SessionNotFoundError(f"session {session_id!r} not found")
 
     # --- messages ------------------------------------------------------------------------------
 
@@ -377,6 +397,14 @@ class FleetClient:
         if found is None or time.time() - found[1] >= self.lease:
             return None
         return found[0]
+
+    async def owners(self, session_ids: Sequence[str]) -> dict[str, str]:
+        """``owner`` of many sessions in one read: session id → live worker (held ones only)."""
+        for sid in session_ids:
+            _check_id("session_id", sid)
+        found = await self._db.run(_sql.assigned_workers, list(session_ids), again=True)
+        now = time.time()
+        return {sid: w for sid, (w, beat) in found.items() if now - beat < self.lease}
 
     async def status(self) -> FleetStatus:
         """Live workers, sessions waiting and the age of the oldest undelivered message."""

@@ -218,6 +218,19 @@ def command_outcome(tx: Tx, p: str, sid: str, n: int) -> tuple[float | None, str
     return (rows[0][0], rows[0][1]) if rows else (None, None)
 
 
+def creation(tx: Tx, p: str, sid: str) -> tuple[str, float] | None:
+    """``(agent_id, sent_at)`` of the ``create`` command that queued ``sid``, or None."""
+    rows = tx.all(
+        f"SELECT body, sent_at FROM {p}fleet_commands WHERE session_id = ? AND kind = 'create'"
+        " ORDER BY n LIMIT 1",
+        (sid,),
+    )
+    if not rows:
+        return None
+    agent = json.loads(rows[0][0]).get("agent_id")
+    return (agent if isinstance(agent, str) else "", float(rows[0][1]))
+
+
 def workers(tx: Tx, p: str) -> list[WorkerRow]:
     """Every worker row, oldest first."""
     rows = tx.all(
@@ -260,6 +273,22 @@ def assigned_worker(tx: Tx, p: str, sid: str) -> tuple[str, float] | None:
         (sid,),
     )
     return (str(rows[0][0]), float(rows[0][1])) if rows else None
+
+
+def assigned_workers(tx: Tx, p: str, sids: Sequence[str]) -> dict[str, tuple[str, float]]:
+    """``assigned_worker`` for many sessions in one read (only those assigned)."""
+    out: dict[str, tuple[str, float]] = {}
+    for start in range(0, len(sids), 500):
+        chunk = list(sids[start : start + 500])
+        marks = ", ".join("?" * len(chunk))
+        rows = tx.all(
+            f"SELECT s.session_id, w.worker_id, w.heartbeat_at FROM {p}fleet_sessions s"
+            f" JOIN {p}fleet_workers w ON w.worker_id = s.worker_id"
+            f" WHERE s.session_id IN ({marks})",
+            tuple(chunk),
+        )
+        out.update((str(r[0]), (str(r[1]), float(r[2]))) for r in rows)
+    return out
 
 
 # --- workers -----------------------------------------------------------------------------------
@@ -453,9 +482,11 @@ READS: Final = frozenset(
     {
         known,
         command_outcome,
+        creation,
         workers,
         waiting,
         assigned_worker,
+        assigned_workers,
         has_candidates,
         work,
         work_of,

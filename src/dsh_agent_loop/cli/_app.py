@@ -39,6 +39,7 @@ from ._decide import add_decide_verbs
 from ._fleet import add_fleet_verbs
 from ._fleet_worker import add_worker_verb
 from ._numbers import non_negative_float, non_negative_int, positive_int
+from ._serve import add_serve_verb
 from ._setup import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -235,6 +236,9 @@ def _add_simulate(verbs: Any, common: argparse.ArgumentParser) -> None:
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
     sim.add_argument(
+        "--report", metavar="PATH", help="also write an HTML report (charts, summary) to PATH"
+    )
+    sim.add_argument(
         "--workers",
         type=_workers,
         default=1,
@@ -278,6 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_decide_verbs,
         add_worker_verb,
         add_fleet_verbs,
+        add_serve_verb,
     ):
         add(verbs, common)
     return parser
@@ -393,16 +398,19 @@ def _sessions_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
 
 
 def _simulate_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
+    from ._sim_report import check_report_path, write_report
     from ._sim_workers import parse_shard, run_shard, run_workers, shard_count
     from ._simulate import (
         SimOptions,
         exit_code,
+        measure_simulation,
         print_summary,
-        run_simulation,
         skip_exit_collection,
         write_json,
     )
 
+    if args.report is not None and args.shard is None:
+        check_report_path(args.report)  # before the run: a bad path is bad usage
     settings = load_user_settings()
     config = load_cli_config(getattr(args, "config", None))
     if args.permission_mode is not None:
@@ -434,19 +442,21 @@ def _simulate_verb(args: argparse.Namespace, guard: TerminalGuard) -> int:
         if args.shard is not None:  # one worker of ``--workers N``
             return run_shard(parse_shard(args.shard), options, store, settings, config, tools)
         if options.workers > 1:
-            summary = run_workers(options, url, _worker_command(args, url), console, errors)
-            if summary is None:
+            result = run_workers(options, url, _worker_command(args, url), console, errors)
+            if result is None:
                 return EXIT_FAILED  # which worker failed is on stderr
         else:
-            summary = trio.run(
-                lambda: run_simulation(
+            result = trio.run(
+                lambda: measure_simulation(
                     options, store, url, settings, console, config=config, tools=tools
                 )
             )
-    print_summary(summary, console)
+    print_summary(result.summary, console)
     if args.json is not None:
-        write_json(summary, args.json)
-    return exit_code(summary)
+        write_json(result.summary, args.json)
+    if args.report is not None:
+        write_report(result, args.report)
+    return exit_code(result.summary)
 
 
 def _worker_command(args: argparse.Namespace, url: str) -> list[str]:

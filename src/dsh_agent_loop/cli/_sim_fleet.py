@@ -24,6 +24,10 @@ fleet client; no worker owns a fixed share of the agents, the fleet spreads them
 - **Stop and check.** The parent sends ``SIGTERM`` to every worker and waits for their
   summaries, then reads every session back from the store and checks it
   (``invariants.check``); the summary is the memory run's, with the activations of each worker.
+- **Series.** Each worker samples itself from its start to the end of its drain (its steps,
+  turns, memory and collector, which runs in a fleet worker) and reports the series with its
+  summary; the parent samples itself (no steps: it runs no agent) and places the workers'
+  series on its time line (``_sim_series.py``).
 
 The bars: ``creating agents`` counts agents created and prompted, ``turns`` runs from the first
 prompt to the last turn's end (the two overlap: workers start on the first agents while the
@@ -63,7 +67,16 @@ from ._sim_procs import (
     watch,
 )
 from ._sim_script import SimScript, sim_tool
-from ._sim_summary import DIGEST_MODULUS, SimSummary, percentile, run_fields
+from ._sim_series import ProcessSeries, RunFigures, Sampler, SimResult, phases_of
+from ._sim_summary import (
+    DIGEST_MODULUS,
+    LatencyHistogram,
+    SimSummary,
+    latency_fields,
+    percentile,
+    run_fields,
+)
+from ._sim_tally import Tally
 from ._simulate import (
     CHECKING,
     CREATING,
@@ -72,7 +85,6 @@ from ._simulate import (
     SIM_PROVIDER,
     Counts,
     SimOptions,
-    Tally,
     read_back,
     refresh,
     sim_bars,
@@ -135,12 +147,10 @@ async def _serve(
     tools: Sequence[Tool],
     reporting: Reporting,
 ) -> dict[str, Any]:
-    model = ScriptedModel(
-        [SimScript(options.seed, options.tools).reply],
-        loop=True,
-        latency=options.latency_ms / 1000.0,
-        record=False,
-    )
+    done = reporting.done
+    sampler = Sampler(turns=lambda: done[RUNNING])
+    reply = sampler.counted(SimScript(options.seed, options.tools).reply)
+    model = ScriptedModel([reply], loop=True, latency=options.latency_ms / 1000.0, record=False)
     fleet = FleetOptions(
         worker_id=f"simulate-{options.shard}-of-{options.workers}-{os.getpid()}",
         max_agents=options.concurrency or 10_000_000,
@@ -148,32 +158,34 @@ async def _serve(
         drain_timeout_s=DRAIN_S,
         poll_interval_s=POLL_S,
     )
-    done = reporting.done
     rss_before = _peak_rss()
 
     async def on_turn_stopping(payload: object) -> None:
         done[RUNNING] += 1
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with open_runtime(
-            sim_config(config),
-            store=store,
-            providers={SIM_PROVIDER: model},
-            tools=[sim_tool, *tools],
-            settings=settings,
-            seed=options.seed,
-            fleet=fleet,
-        ) as rt:
-            rt.hooks.serial(HOOK_TURN_STOPPING, on_turn_stopping)
-            worker = rt.worker
-            assert worker is not None
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_report, worker, reporting)
-                async for _ in signals:
-                    break
-                nursery.cancel_scope.cancel()
-            stopping = time.perf_counter()
-        reporting.sync()
+        async with trio.open_nursery() as sampling:
+            await sampling.start(sampler.run)
+            async with open_runtime(
+                sim_config(config),
+                store=store,
+                providers={SIM_PROVIDER: model},
+                tools=[sim_tool, *tools],
+                settings=settings,
+                seed=options.seed,
+                fleet=fleet,
+            ) as rt:
+                rt.hooks.serial(HOOK_TURN_STOPPING, on_turn_stopping)
+                worker = rt.worker
+                assert worker is not None
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_report, worker, reporting)
+                    async for _ in signals:
+                        break
+                    nursery.cancel_scope.cancel()
+                stopping = time.perf_counter()
+            reporting.sync()
+            sampling.cancel_scope.cancel()
     return {
         "worker_id": worker.id,
         "activations": worker.activations,
@@ -184,6 +196,7 @@ async def _serve(
         "drain_s": time.perf_counter() - stopping,
         "rss_growth": max(0, _peak_rss() - rss_before),
         "peak_rss": _peak_rss(),
+        "series": sampler.series(f"worker {options.shard}").to_record(),
     }
 
 
@@ -217,6 +230,9 @@ class _FleetReports:
             self.live[worker.shard] = int(record["live"])
         elif kind == "summary":
             worker.record = dict(record)
+            worker.record["series"] = ProcessSeries.of_record(
+                record["series"], f"worker {worker.shard}"
+            )
 
 
 @attrs.define
@@ -229,10 +245,10 @@ class _Spans:
 
 def run_fleet(
     options: SimOptions, url: str, command: Sequence[str], console: Console, errors: Console
-) -> SimSummary | None:
+) -> SimResult | None:
     """Run the simulation on ``options.workers`` fleet workers (``command`` + ``--shard I/N``).
 
-    Returns the merged summary, or None when a worker failed (said on ``errors``).
+    Returns the merged result, or None when a worker failed (said on ``errors``).
     """
     counts = sim_bars(console, options)
     reports = _FleetReports(counts)
@@ -240,10 +256,12 @@ def run_fleet(
     spans = _Spans()
     tally: list[Tally] = []
     store = make_store(url)
+    sampler = Sampler()
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(refresh, counts)
+            await nursery.start(sampler.run)
             sids = await _live(options, store, command, workers, reports, spans)
             counts.begin(CHECKING)
             tally.append(await read_back(store, sids, counts))
@@ -253,7 +271,19 @@ def run_fleet(
 
     if not run_watched(main, counts.progress, workers, errors, "worker"):
         return None
-    return _summary(options, url, workers, spans, tally[0])
+    records = [worker.record or {} for worker in workers]
+    figures = RunFigures(
+        mode="fleet",
+        start=sampler.start,
+        processes=(
+            sampler.series("parent", runs_agents=False),
+            *(record["series"] for record in records if "series" in record),
+        ),
+        phases=phases_of(counts.spans(), sampler.perf0),
+        turn_histogram=LatencyHistogram.of(tally[0].turn_times).counts,
+        agent_steps=dict(sorted(tally[0].agent_steps.items())),
+    )
+    return SimResult(_summary(options, url, records, spans, tally[0]), figures)
 
 
 async def _live(
@@ -341,18 +371,22 @@ async def _wait_for_turns(client: FleetClient, options: SimOptions, reports: _Fl
 
 
 def _summary(
-    options: SimOptions, url: str, workers: Sequence[Worker], spans: _Spans, tally: Tally
+    options: SimOptions,
+    url: str,
+    records: Sequence[Mapping[str, Any]],
+    spans: _Spans,
+    tally: Tally,
 ) -> SimSummary:
-    records = [worker.record or {} for worker in workers]
-    ordered = sorted(tally.step_times)
     return SimSummary(
         **run_fields(options, url, tally.turn_ends, tally.steps, spans.wall_s),
         events=tally.events,
         create_s=spans.create_s,
         close_s=spans.close_s,
         check_s=spans.check_s,
-        step_p50_ms=percentile(ordered, 0.50) * 1000,
-        step_p99_ms=percentile(ordered, 0.99) * 1000,
+        **latency_fields(
+            partial(percentile, sorted(tally.step_times)),
+            partial(percentile, sorted(tally.turn_times)),
+        ),
         mb_per_agent=sum(r.get("rss_growth", 0) for r in records) / options.agents / 1e6,
         violations=tally.violations,
         violation_samples=tuple(tally.samples),

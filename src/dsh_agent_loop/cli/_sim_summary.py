@@ -2,16 +2,18 @@
 
 One summary whatever ran the agents: the verb's own process, or ``--workers N`` processes whose
 shard records ``_sim_workers.py`` merges. What a merge needs is kept mergeable: counts add up,
-step latencies go into a ``LatencyHistogram`` (buckets 1% wide, so a shard's record stays small
-at any number of agents), and the conversations are summed into ``replies_digest`` (a sum of
-per-session digests, so the order in which shards or sessions are added does not matter).
+step latencies and turn durations go into ``LatencyHistogram``s (buckets 1% wide, so a shard's
+record stays small at any number of agents), and the conversations are summed into
+``replies_digest`` (a sum of per-session digests, so the order in which shards or sessions are
+added does not matter). ``summary_rows`` and ``summary_line`` are the table and closing line
+both the terminal (``print_summary``) and the HTML report (``_sim_report.py``) show.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol, final
 
 import attrs
@@ -27,9 +29,12 @@ __all__ = [
     "LatencyHistogram",
     "SimSummary",
     "exit_code",
+    "latency_fields",
     "percentile",
     "print_summary",
     "run_fields",
+    "summary_line",
+    "summary_rows",
     "write_json",
 ]
 
@@ -67,6 +72,10 @@ class SimSummary:
     steps_per_s: float
     step_p50_ms: float
     step_p99_ms: float
+    turn_p50_ms: float = attrs.field(default=0.0, kw_only=True)
+    """Turn duration (``turn/start`` to ``turn/end`` in the stored log), median."""
+    turn_p90_ms: float = attrs.field(default=0.0, kw_only=True)
+    turn_p99_ms: float = attrs.field(default=0.0, kw_only=True)
     mb_per_agent: float
     """Resident memory growth per live agent."""
     violations: int
@@ -148,6 +157,25 @@ def percentile(ordered: Sequence[float], fraction: float) -> float:
     return ordered[_rank(len(ordered), fraction)]
 
 
+def latency_fields(
+    step: Callable[[float], float], turn: Callable[[float], float]
+) -> dict[str, Any]:
+    """The ``SimSummary`` latency fields (ms), as keyword arguments.
+
+    Args:
+        step: the seconds at a fraction of the step latencies (``percentile`` of the sorted
+            latencies, or a ``LatencyHistogram``'s ``percentile``).
+        turn: the same of the turn durations.
+    """
+    return {
+        "step_p50_ms": step(0.50) * 1000,
+        "step_p99_ms": step(0.99) * 1000,
+        "turn_p50_ms": turn(0.50) * 1000,
+        "turn_p90_ms": turn(0.90) * 1000,
+        "turn_p99_ms": turn(0.99) * 1000,
+    }
+
+
 def _rank(count: int, fraction: float) -> int:
     return min(count - 1, max(0, round(fraction * count) - 1))
 
@@ -177,8 +205,13 @@ class LatencyHistogram:
         for bucket, count in other.items():
             self.counts[bucket] = self.counts.get(bucket, 0) + count
 
+    @staticmethod
+    def value(bucket: int) -> float:
+        """The seconds bucket ``bucket`` stands for: its geometric middle."""
+        return _FLOOR_S * math.exp((bucket + 0.5) * _GROWTH) if bucket else _FLOOR_S
+
     def percentile(self, fraction: float) -> float:
-        """Seconds at ``fraction`` of the steps, ranked as ``percentile`` ranks them."""
+        """Seconds at ``fraction`` of the values, ranked as ``percentile`` ranks them."""
         total = sum(self.counts.values())
         if not total:
             return 0.0
@@ -187,8 +220,38 @@ class LatencyHistogram:
         for bucket in sorted(self.counts):
             seen += self.counts[bucket]
             if seen > rank:
-                return _FLOOR_S * math.exp((bucket + 0.5) * _GROWTH) if bucket else _FLOOR_S
+                return self.value(bucket)
         raise AssertionError("unreachable: the rank is below the total")
+
+
+def summary_rows(summary: SimSummary) -> tuple[tuple[str, str], ...]:
+    """The summary table's rows, ``(name, value)``, as the terminal and the report show them."""
+    return (
+        ("agents", f"{summary.agents:,}"),
+        ("turns completed", f"{summary.turns_completed:,} / {summary.turns_total:,}"),
+        ("events", f"{summary.events:,}"),
+        ("steps", f"{summary.steps:,} in {summary.wall_s:.2f} s"),
+        ("steps/s", f"{summary.steps_per_s:,.0f}"),
+        ("step latency p50", f"{summary.step_p50_ms:.1f} ms"),
+        ("step latency p99", f"{summary.step_p99_ms:.1f} ms"),
+        (
+            "turn p50 / p90 / p99",
+            f"{summary.turn_p50_ms:.1f} / {summary.turn_p90_ms:.1f} / {summary.turn_p99_ms:.1f} ms",
+        ),
+        ("RSS per live agent", f"{summary.mb_per_agent:.3f} MB"),
+        ("violations", str(summary.violations)),
+    )
+
+
+def summary_line(summary: SimSummary) -> str:
+    """The line under the table: the other phases' seconds and what the run was asked for."""
+    workers = f", {summary.workers} workers" if summary.workers > 1 else ""
+    return (
+        f"agents created in {summary.create_s:.2f} s, runtime closed in {summary.close_s:.2f} s, "
+        f"logs read back and checked in {summary.check_s:.2f} s; seed {summary.seed}, "
+        f"{summary.tools} tool steps per turn, {summary.latency_ms:g} ms per chunk, "
+        f"{_width(summary)} in a turn at once{workers}"
+    )
 
 
 def print_summary(summary: SimSummary, console: Console) -> None:
@@ -199,29 +262,10 @@ def print_summary(summary: SimSummary, console: Console) -> None:
     table.add_column("", style="bold", no_wrap=True)
     table.add_column("", justify="right", overflow="fold")
     table.show_header = False
-    rows = (
-        ("agents", f"{summary.agents:,}"),
-        ("turns completed", f"{summary.turns_completed:,} / {summary.turns_total:,}"),
-        ("events", f"{summary.events:,}"),
-        ("steps", f"{summary.steps:,} in {summary.wall_s:.2f} s"),
-        ("steps/s", f"{summary.steps_per_s:,.0f}"),
-        ("step latency p50", f"{summary.step_p50_ms:.1f} ms"),
-        ("step latency p99", f"{summary.step_p99_ms:.1f} ms"),
-        ("RSS per live agent", f"{summary.mb_per_agent:.3f} MB"),
-        ("violations", str(summary.violations)),
-    )
-    for name, value in rows:
+    for name, value in summary_rows(summary):
         table.add_row(name, value)
     console.print(table)
-    workers = f", {summary.workers} workers" if summary.workers > 1 else ""
-    console.print(
-        f"agents created in {summary.create_s:.2f} s, runtime closed in {summary.close_s:.2f} s, "
-        f"logs read back and checked in {summary.check_s:.2f} s; seed {summary.seed}, "
-        f"{summary.tools} tool steps per turn, {summary.latency_ms:g} ms per chunk, "
-        f"{_width(summary)} in a turn at once{workers}",
-        soft_wrap=True,
-        highlight=False,
-    )
+    console.print(summary_line(summary), soft_wrap=True, highlight=False)
     if summary.activations:
         each = ", ".join(
             f"{n:,} ({mb:,.0f} MB peak)"

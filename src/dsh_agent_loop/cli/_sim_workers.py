@@ -10,13 +10,17 @@ stdout in JSON lines, each an object whose ``sim`` key names it (other lines are
 - ``done`` with ``counts``: the agents created, turns ended and logs checked since the last
   ``done`` (at most one every ``REFRESH_INTERVAL``, and one as a phase ends);
 - ``summary``, once, last: the shard's raw figures (``run_shard``), small whatever the number
-  of agents (latencies as a ``LatencyHistogram``, at most 5 violation samples).
+  of agents (step latencies and turn durations as ``LatencyHistogram``s, sessions by their
+  steps, at most 5 violation samples, and its sampled series: at most ``MAX_POINTS`` points,
+  ``_sim_series.py``).
 
 Its environment names its shard in ``$DSH_AGENT_SIM_SHARD`` (``0`` … ``N-1``), for its tools.
 
 The parent reads every worker's lines as they come and draws one set of bars: a bar starts
 when the first worker begins its phase and stops when the last one ends it, so the merged
 summary's seconds are the phases' spans across workers, read from the same clock as the bars.
+The parent samples itself too (its memory and collector; it runs no agents): the report's
+time line is the parent's, the shards' series placed on it by their wall-clock starts.
 A worker's stderr is kept (its last ``STDERR_TAIL`` lines) and shown after the bars, each line
 after ``shard I:``. A worker that exits non-zero or without its summary fails the run: the
 parent says which shard and prints the worker's last stderr lines, and the other workers are
@@ -59,7 +63,14 @@ from ._sim_procs import (
     run_watched,
     watch,
 )
-from ._sim_summary import DIGEST_MODULUS, LatencyHistogram, SimSummary, run_fields
+from ._sim_series import ProcessSeries, RunFigures, Sampler, SimResult, phases_of
+from ._sim_summary import (
+    DIGEST_MODULUS,
+    LatencyHistogram,
+    SimSummary,
+    latency_fields,
+    run_fields,
+)
 from ._simulate import CHECKING, CREATING, RUNNING, Counts, SimOptions, refresh, sim_bars, simulate
 from ._terminal import redact_url
 
@@ -145,7 +156,10 @@ def run_shard(
 
         return run_fleet_worker(options, store, settings, config, tools, out)
     counts = Reporting(out)
-    run, tally = trio.run(partial(simulate, options, store, settings, counts, config, tools))
+    sampler = Sampler()
+    run, tally = trio.run(
+        partial(simulate, options, store, settings, counts, config, tools, sampler)
+    )
     counts.emit(
         {
             "sim": "summary",
@@ -157,9 +171,12 @@ def run_shard(
             "close_s": run.close_s,
             "rss_growth": run.rss_growth,
             "latency": LatencyHistogram.of(tally.step_times).counts,
+            "turn_latency": LatencyHistogram.of(tally.turn_times).counts,
+            "agent_steps": tally.agent_steps,
             "violations": tally.violations,
             "samples": tally.samples,
             "digest": tally.digest,
+            "series": sampler.series(f"shard {options.shard}").to_record(),
         }
     )
     return EXIT_OK
@@ -200,12 +217,15 @@ class _Phases:
                 self.seconds[phase] = self.counts.end(phase)
         elif kind == "summary":
             worker.record = dict(record)
+            worker.record["series"] = ProcessSeries.of_record(
+                record["series"], f"shard {worker.shard}"
+            )
 
 
 def run_workers(
     options: SimOptions, url: str, command: Sequence[str], console: Console, errors: Console
-) -> SimSummary | None:
-    """Run ``options.workers`` workers (``command`` plus ``--shard I/N``); the merged summary.
+) -> SimResult | None:
+    """Run ``options.workers`` workers (``command`` plus ``--shard I/N``); the merged result.
 
     None when a worker failed: which one and its last stderr lines are on ``errors``. On a store
     the fleet shares, the workers are fleet workers (``_sim_fleet.run_fleet``).
@@ -217,10 +237,12 @@ def run_workers(
     counts = sim_bars(console, options)
     phases = _Phases(counts, options.workers)
     workers = [Worker(shard) for shard in range(options.workers)]
+    sampler = Sampler()
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(refresh, counts)
+            await nursery.start(sampler.run)
             async with trio.open_nursery() as running:
                 for worker in workers:
                     shard = ["--shard", f"{worker.shard}/{options.workers}"]
@@ -229,32 +251,59 @@ def run_workers(
 
     if not run_watched(main, counts.progress, workers, errors, "shard"):
         return None
-    return _merge(options, url, workers, phases)
+    summary, figures = _merge(options, url, workers, phases)
+    return SimResult(
+        summary,
+        attrs.evolve(
+            figures,
+            start=sampler.start,
+            processes=(sampler.series("parent", runs_agents=False), *figures.processes),
+            phases=phases_of(counts.spans(), sampler.perf0),
+        ),
+    )
 
 
-def _merge(options: SimOptions, url: str, workers: Sequence[Worker], phases: _Phases) -> SimSummary:
-    """One summary of the shards' records: sums, merged latencies, the phases' spans."""
+def _merge(
+    options: SimOptions, url: str, workers: Sequence[Worker], phases: _Phases
+) -> tuple[SimSummary, RunFigures]:
+    """One summary of the shards' records: sums, merged latencies, the phases' spans.
+
+    The figures hold the shards' series, turn durations and sessions by steps; the parent's
+    series, time line and phases are the caller's to add.
+    """
     records = [worker.record for worker in workers if worker.record is not None]
     turn_ends: dict[str, int] = {}
-    histogram = LatencyHistogram()
+    histogram, turns = LatencyHistogram(), LatencyHistogram()
+    agent_steps: dict[int, int] = {}
     samples: list[str] = []
     for record in records:
         for kind, count in record["turn_ends"].items():
             turn_ends[kind] = turn_ends.get(kind, 0) + count
         histogram.merge({int(bucket): count for bucket, count in record["latency"].items()})
+        turns.merge({int(bucket): count for bucket, count in record["turn_latency"].items()})
+        for steps_held, count in record["agent_steps"].items():
+            agent_steps[int(steps_held)] = agent_steps.get(int(steps_held), 0) + int(count)
         samples.extend(record["samples"][: max(0, 5 - len(samples))])
     steps = sum(record["steps"] for record in records)
     wall_s = phases.seconds[RUNNING]
-    return SimSummary(
+    summary = SimSummary(
         **run_fields(options, url, turn_ends, steps, wall_s),
         events=sum(record["events"] for record in records),
         create_s=phases.seconds[CREATING],
         close_s=max(record["close_s"] for record in records),
         check_s=phases.seconds[CHECKING],
-        step_p50_ms=histogram.percentile(0.50) * 1000,
-        step_p99_ms=histogram.percentile(0.99) * 1000,
+        **latency_fields(histogram.percentile, turns.percentile),
         mb_per_agent=sum(record["rss_growth"] for record in records) / options.agents / 1e6,
         violations=sum(record["violations"] for record in records),
         violation_samples=tuple(samples),
         replies_digest=f"{sum(r['digest'] for r in records) % DIGEST_MODULUS:016x}",
     )
+    figures = RunFigures(
+        mode="memory shards",
+        start=0.0,
+        processes=tuple(record["series"] for record in records),
+        phases=(),
+        turn_histogram=turns.counts,
+        agent_steps=dict(sorted(agent_steps.items())),
+    )
+    return summary, figures

@@ -32,7 +32,9 @@ says so on stderr) and no provider of it is contacted.
 
 When every agent is idle the resident memory is sampled (agents still alive); after the
 runtime has closed, every session is read back from the store and checked with
-``invariants.check``. Step latency is ``step/end.time - step/start.time`` from the stored log.
+``invariants.check``. Step latency is ``step/end.time - step/start.time`` and a turn's duration
+``turn/end.time - turn/start.time``, from the stored log. A ``Sampler`` (``_sim_series.py``)
+records the run's steps, turns, memory and collector time over time for ``--report``.
 
 The verb is an application, so it sets a garbage-collector policy for its own run (the library
 sets none; ``docs/scale.md``): the collector is paused from the first agent's creation until
@@ -43,13 +45,10 @@ lives until its end, so a collection during it could only walk live objects.
 from __future__ import annotations
 
 import gc
-import hashlib
-import os
-import resource
-import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, Final, final
 
 import attrs
@@ -66,7 +65,6 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from .. import invariants
 from .._agent.handle import AgentHandle
 from .._agent.options import AgentOptions
 from .._runtime import open_runtime
@@ -74,27 +72,23 @@ from .._session.store import SessionStore
 from .._tools.base import Tool
 from ..config import RuntimeConfig
 from ..events import (
-    ASSISTANT_MESSAGE,
     HOOK_TURN_STOPPING,
-    STEP_END,
-    STEP_START,
-    TOOL_CALL,
-    TURN_END,
-    USER_MESSAGE,
-    Event,
 )
 from ..llm import ScriptedModel
 from ._sim_script import SimScript, sim_tool
+from ._sim_series import RunFigures, Sampler, SimResult, phases_of, rss_bytes
 from ._sim_summary import (
     DEFAULT_CONCURRENCY,
-    DIGEST_MODULUS,
+    LatencyHistogram,
     SimSummary,
     exit_code,
+    latency_fields,
     percentile,
     print_summary,
     run_fields,
     write_json,
 )
+from ._sim_tally import Tally
 
 __all__ = [
     "CHECKING",
@@ -108,6 +102,7 @@ __all__ = [
     "SimSummary",
     "Tally",
     "exit_code",
+    "measure_simulation",
     "print_summary",
     "read_back",
     "refresh",
@@ -149,67 +144,6 @@ class SimOptions:
     def numbers(self) -> range:
         """The numbers ``k`` of this shard's agents ``sim-k``."""
         return range(self.shard, self.agents, self.workers)
-
-
-def _rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:  # not Linux: the peak is the best available figure
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak if sys.platform == "darwin" else peak * 1024
-
-
-@attrs.define
-class Tally:
-    """What reading the stored sessions back found."""
-
-    events: int = 0
-    steps: int = 0
-    violations: int = 0
-    samples: list[str] = attrs.field(factory=list)
-    step_times: list[float] = attrs.field(factory=list)
-    turn_ends: dict[str, int] = attrs.field(factory=dict)
-    digest: int = 0
-    """The sum of the sessions' conversation digests (``SimSummary.replies_digest``)."""
-
-    def add(self, session_id: str, events: Sequence[Event]) -> None:
-        """Count, time and check one session's ``events``."""
-        self.events += len(events)
-        started: float | None = None
-        conversation = hashlib.blake2b(digest_size=8)
-        for event in events:
-            if event.type in _SPOKEN:
-                conversation.update(_spoken(event))
-            elif event.type == STEP_START:
-                started = event.time
-            elif event.type == STEP_END:
-                self.steps += 1
-                if started is not None:
-                    self.step_times.append(event.time - started)
-                started = None
-            elif event.type == TURN_END:
-                kind = str((event.data.get("reason") or {}).get("kind", "?"))
-                self.turn_ends[kind] = self.turn_ends.get(kind, 0) + 1
-        self.digest = (self.digest + int.from_bytes(conversation.digest())) % DIGEST_MODULUS
-        found = invariants.check(events)
-        self.violations += len(found)
-        for violation in found[: max(0, 5 - len(self.samples))]:
-            self.samples.append(f"{session_id}: {violation}")
-
-
-#: What ``Tally.digest`` reads: prompts, replies and tool calls (no ids, no times).
-_SPOKEN: Final = frozenset({USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_CALL})
-
-
-def _spoken(event: Event) -> bytes:
-    """The words of a prompt or a reply, or a tool call's name and arguments."""
-    data = event.data
-    if event.type == TOOL_CALL:
-        return f"{event.type}|{data.get('name')}|{data.get('arguments')}|".encode()
-    content = (data.get("message") or {}).get("content") or ()
-    texts = (block.get("text", "") for block in content if block.get("type") == "text")
-    return f"{event.type}|{'|'.join(texts)}|".encode()
 
 
 @contextmanager
@@ -261,6 +195,11 @@ class Counts:
         for task, done in zip(self.tasks, self.done, strict=True):
             self.progress.update(task, completed=done)
         self.progress.refresh()
+
+    def spans(self) -> list[tuple[str, float | None, float | None]]:
+        """Each bar's name and the ``perf_counter`` times it started and stopped (None: not)."""
+        tasks = {task.id: task for task in self.progress.tasks}
+        return [(tasks[i].description, tasks[i].start_time, tasks[i].stop_time) for i in self.tasks]
 
 
 #: Index of each bar in ``Counts.done``.
@@ -359,16 +298,21 @@ async def _run_agents(
     counts: Counts,
     config: RuntimeConfig | None = None,
     tools: Sequence[Tool] = (),
+    sampler: Sampler | None = None,
 ) -> LiveRun:
-    """Create the agents, run their turns, wait until all are idle, close the runtime."""
+    """Create the agents, run their turns, wait until all are idle, close the runtime.
+
+    ``sampler`` counts the model's replies (the steps begun).
+    """
+    reply = SimScript(options.seed, options.tools).reply
     model = ScriptedModel(
-        [SimScript(options.seed, options.tools).reply],
+        [reply if sampler is None else sampler.counted(reply)],
         loop=True,
         latency=options.latency_ms / 1000.0,
         record=False,  # the simulation reads the sessions, not a request log
     )
 
-    rss_before = _rss_bytes()
+    rss_before = rss_bytes()
     return await _live_run(options, store, settings, counts, model, config, tools, rss_before)
 
 
@@ -403,7 +347,7 @@ async def _live_run(
         counts.begin(RUNNING)
         await _run_turns(handles, options)
         wall_s = counts.end(RUNNING)
-        rss_growth = _rss_bytes() - rss_before
+        rss_growth = rss_bytes() - rss_before
         run = LiveRun([h.session_id for h in handles], create_s, wall_s, rss_growth)
         del handles
         closing = time.perf_counter()
@@ -472,15 +416,22 @@ async def simulate(
     counts: Counts,
     config: RuntimeConfig | None = None,
     tools: Sequence[Tool] = (),
+    sampler: Sampler | None = None,
 ) -> tuple[LiveRun, Tally]:
     """Run this shard's agents, then read their sessions back, the collector paused throughout.
 
     ``counts`` is redrawn meanwhile; its bars are begun and ended with their phases.
+    ``sampler`` (a fresh one if None) samples the run from before the first creation until
+    the logs are checked; its turns are the ``turns`` bar's.
     """
+    if sampler is None:
+        sampler = Sampler()
+    sampler.turns = lambda: counts.done[RUNNING]
     with _collector_paused():
         async with trio.open_nursery() as nursery:
             nursery.start_soon(refresh, counts)
-            run = await _run_agents(options, store, settings, counts, config, tools)
+            await nursery.start(sampler.run)
+            run = await _run_agents(options, store, settings, counts, config, tools, sampler)
             counts.begin(CHECKING)
             tally = await _read_back(store, run.session_ids, counts)
             run.check_s = counts.end(CHECKING)
@@ -500,23 +451,51 @@ async def run_simulation(
     tools: Sequence[Tool] = (),
 ) -> SimSummary:
     """Run the simulation in this process, then read every session back; returns the summary."""
+    run = await measure_simulation(
+        options, store, url, settings, console, config=config, tools=tools
+    )
+    return run.summary
+
+
+async def measure_simulation(
+    options: SimOptions,
+    store: SessionStore,
+    url: str,
+    settings: Mapping[str, Any],
+    console: Console,
+    *,
+    config: RuntimeConfig | None = None,
+    tools: Sequence[Tool] = (),
+) -> SimResult:
+    """``run_simulation``, with the figures its ``--report`` draws."""
     counts = sim_bars(console, options)
+    sampler = Sampler()
     with counts.progress:
-        run, tally = await simulate(options, store, settings, counts, config, tools)
-    ordered = sorted(tally.step_times)
-    return SimSummary(
+        run, tally = await simulate(options, store, settings, counts, config, tools, sampler)
+    summary = SimSummary(
         **run_fields(options, url, tally.turn_ends, tally.steps, run.wall_s),
         events=tally.events,
         create_s=run.create_s,
         close_s=run.close_s,
         check_s=run.check_s,
-        step_p50_ms=percentile(ordered, 0.50) * 1000,
-        step_p99_ms=percentile(ordered, 0.99) * 1000,
+        **latency_fields(
+            partial(percentile, sorted(tally.step_times)),
+            partial(percentile, sorted(tally.turn_times)),
+        ),
         mb_per_agent=run.rss_growth / options.agents / 1e6,
         violations=tally.violations,
         violation_samples=tuple(tally.samples),
         replies_digest=f"{tally.digest:016x}",
     )
+    figures = RunFigures(
+        mode="one process",
+        start=sampler.start,
+        processes=(sampler.series("this process"),),
+        phases=phases_of(counts.spans(), sampler.perf0),
+        turn_histogram=LatencyHistogram.of(tally.turn_times).counts,
+        agent_steps=dict(sorted(tally.agent_steps.items())),
+    )
+    return SimResult(summary, figures)
 
 
 @contextmanager

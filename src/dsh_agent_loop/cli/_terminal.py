@@ -147,6 +147,11 @@ class TerminalGuard(RenderHook):
         """Hide the passwords ``url`` holds from now on."""
         self._secrets |= url_secrets(url)
 
+    def add_secret(self, secret: str) -> None:
+        """Hide ``secret`` (an access token) from now on."""
+        if secret:
+            self._secrets.add(secret)
+
     def clean(self, text: str) -> str:
         """``text`` made safe to write: controls made visible, known passwords hidden."""
         return redact(visible(text), self._secrets)
