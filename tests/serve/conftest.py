@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,17 +30,10 @@ from typing import Any
 import httpx
 import pytest
 
+from ..cli.helpers import postgres_dsn
+from ..fleet.conftest import PG_TABLES
+
 COMMAND = [sys.executable, "-m", "dsh_agent_loop.cli"]
-PG_ENV = "DSH_TEST_POSTGRES_DSN"
-PG_TABLES = (
-    "events",
-    "sessions",
-    "leases",
-    "fleet_workers",
-    "fleet_sessions",
-    "fleet_messages",
-    "fleet_commands",
-)
 SLOW_TEXT = " ".join(f"word{i}" for i in range(200))
 
 CONFIG = f"""\
@@ -104,20 +97,6 @@ def environment(cwd: Path, **extra: str) -> dict[str, str]:
     env.update(XDG_CONFIG_HOME=str(cwd / ".xdg"), COLUMNS="100", PYTHONUNBUFFERED="1")
     env.update(extra)
     return env
-
-
-def postgres_dsn() -> str:
-    """The test server's DSN, or skip with the reason shown."""
-    import psycopg
-
-    dsn = os.environ.get(PG_ENV)
-    if not dsn:
-        pytest.skip(f"PostgreSQL tests need {PG_ENV} (e.g. postgresql://postgres@127.0.0.1/test)")
-    try:
-        psycopg.connect(dsn, connect_timeout=3).close()
-    except psycopg.Error as exc:
-        pytest.skip(f"PostgreSQL at {PG_ENV} is unreachable: {exc}")
-    return dsn
 
 
 class Proc:
@@ -330,3 +309,29 @@ def served_any(request: pytest.FixtureRequest, serve_factory: StartServed) -> Se
 def shared_served(module_serve_factory: StartServed) -> Served:
     """One server and worker on SQLite for every test of a module that only adds sessions."""
     return module_serve_factory("sqlite")
+
+
+# --- the API tests' shared servers (test_api.py, test_stream.py) ------------------------------
+
+
+@pytest.fixture(scope="module")
+def servers(module_serve_factory: StartServed) -> Any:
+    """A module's ``Servers`` (``api_helpers.py``): one server per backend, started on first use."""
+    from .api_helpers import Servers
+
+    return Servers(module_serve_factory)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def live(request: pytest.FixtureRequest, servers: Any) -> Served:
+    """The module's server and worker on SQLite, then on PostgreSQL."""
+    return servers.get(str(request.param))  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+async def api(live: Served) -> AsyncIterator[Any]:
+    """An ``Api`` client (``api_helpers.py``) on ``live``."""
+    from .api_helpers import open_api
+
+    async with open_api(live) as client:
+        yield client

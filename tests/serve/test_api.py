@@ -39,25 +39,7 @@ from .api_helpers import (
     turn_ends,
     usage_sums,
 )
-from .conftest import PG_TABLES, Served, StartServed
-
-
-@pytest.fixture(scope="module")
-def servers(module_serve_factory: StartServed) -> Servers:
-    return Servers(module_serve_factory)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def live(request: pytest.FixtureRequest, servers: Servers) -> Served:
-    """The module's server and worker on SQLite, then on PostgreSQL."""
-    return servers.get(str(request.param))
-
-
-@pytest.fixture
-async def api(live: Served) -> AsyncIterator[Api]:
-    async with open_api(live) as client:
-        yield client
-
+from .conftest import PG_TABLES, Served
 
 # --- sessions: create, list, detail ----------------------------------------------------------
 

@@ -11,39 +11,17 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from .api_helpers import (
     Api,
     Frame,
-    Servers,
     ended_turns,
     frames_where,
     has_seq,
-    open_api,
     open_stream,
     seqs,
 )
-from .conftest import Served, StartServed
-
-
-@pytest.fixture(scope="module")
-def servers(module_serve_factory: StartServed) -> Servers:
-    return Servers(module_serve_factory)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def live(request: pytest.FixtureRequest, servers: Servers) -> Served:
-    return servers.get(str(request.param))
-
-
-@pytest.fixture
-async def api(live: Served) -> AsyncIterator[Api]:
-    async with open_api(live) as client:
-        yield client
 
 
 async def session_after_turns(api: Api, agent: str, *messages: str) -> str:

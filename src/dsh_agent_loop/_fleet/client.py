@@ -253,7 +253,7 @@ class FleetClient:
         mid = message_id if message_id is not None else new_message_id()
         follow = Follow(mid, output)
         await self._check_known(session_id)
-        stored = await self._stored(session_id)
+        stored = await self.stored(session_id)
         for event in stored:
             follow.fold(event)
         if not wait_for_approvals:
@@ -274,8 +274,8 @@ class FleetClient:
             raise
         return follow.outcome()
 
-    async def _stored(self, session_id: str) -> list[Event]:
-        """The session's stored events (none yet for a session queued for creation)."""
+    async def stored(self, session_id: str) -> list[Event]:
+        """The session's stored events ([] for a session only queued for creation, or unknown)."""
         try:
             reader = await self.store.open(session_id, "read")
         except SessionNotFoundError:

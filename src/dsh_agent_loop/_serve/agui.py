@@ -60,10 +60,8 @@ from .._errors import (
     AgentLoopError,
     InvalidOptionError,
     SessionAlreadyExistsError,
-    SessionNotFoundError,
 )
 from .._fleet.client import MAX_MESSAGE_BYTES
-from .._session.store import SessionStore
 from ..events import Event
 from .agui_translate import Continuation, RunTranslator, agui_message_id
 from .context import ServeContext
@@ -241,18 +239,6 @@ def _check_size(what: str, record: dict[str, Any]) -> None:
         )
 
 
-async def _read_log(store: SessionStore, session_id: str) -> list[Event]:
-    """The session's stored events ([] while it is only queued for creation, or unknown)."""
-    try:
-        reader = await store.open(session_id, "read")
-    except SessionNotFoundError:
-        return []
-    try:
-        return await reader.read()
-    finally:
-        await reader.close()
-
-
 async def _open_thread(ctx: ServeContext, run: AguiRequest) -> list[Event]:
     """Create the thread's session when nobody knows it; its stored events.
 
@@ -266,7 +252,7 @@ async def _open_thread(ctx: ServeContext, run: AguiRequest) -> list[Event]:
             pass  # a racing POST created it
         except InvalidOptionError as exc:
             raise bad(str(exc)) from None
-    return await _read_log(ctx.client.store, run.thread_id)
+    return await ctx.client.stored(run.thread_id)
 
 
 async def agui_stream(
@@ -333,7 +319,7 @@ async def _send_run(ctx: ServeContext, run: AguiRequest) -> _Run:
 
 async def _resume_run(ctx: ServeContext, run: AguiRequest) -> _Run:
     """A run that answers interrupts and streams their continuation (module docstring)."""
-    stored = await _read_log(ctx.client.store, run.thread_id)
+    stored = await ctx.client.stored(run.thread_id)
     after = len(stored) - 1
     answered = [d.call_id for d in run.resume]
     translator = RunTranslator(run.thread_id, run.run_id, Continuation(answered, after))
