@@ -152,17 +152,21 @@ async def _known(ctx: ServeContext, digests: Digests, sid: str) -> Digest:
 
 
 async def _children(ctx: ServeContext, digests: Digests, parent: Digest) -> list[dict[str, str]]:
-    """Sub-agent sessions of ``parent`` and its forks (sessions created no earlier than it)."""
+    """Sub-agent sessions of ``parent`` and its forks (sessions created no earlier than it).
+
+    Only their headers are read, each once for the server's life (``Digests.links``).
+    """
     out: list[dict[str, str]] = []
     for info in await ctx.client.store.list():
         if info.created_at < parent.created_at or info.session_id == parent.session_id:
             continue
-        digest = await _digest(digests, info)
-        if digest is None:
+        try:
+            up, source = await digests.links(info)
+        except SessionNotFoundError:  # deleted since the list was read
             continue
-        if digest.parent == parent.session_id:
+        if up == parent.session_id:
             out.append({"id": info.session_id, "relation": "subagent"})
-        elif digest.forked_from == parent.session_id:
+        elif source == parent.session_id:
             out.append({"id": info.session_id, "relation": "fork"})
     return out
 

@@ -34,6 +34,8 @@ from ..events import (
 
 #: Sessions whose digests the server keeps (least recently used dropped first).
 MAX_DIGESTS: Final = 20_000
+#: Sessions whose header links (parent, fork source) the server keeps: two ids each.
+MAX_LINKS: Final = 500_000
 #: Status values, in the order the page lists them.
 STATUSES: Final = ("running", "awaiting-approval", "idle", "unowned")
 
@@ -149,6 +151,28 @@ class Digests:
         self._store = store
         self._limit = limit
         self._cache: OrderedDict[str, Digest] = OrderedDict()
+        self._links: dict[str, tuple[str | None, str | None]] = {}
+
+    async def links(self, info: SessionInfo) -> tuple[str | None, str | None]:
+        """``(parent, forked_from)`` of the session: its header only, read once (it never changes).
+
+        Raises:
+            SessionNotFoundError: the session was deleted meanwhile. StoreError: a read failed.
+        """
+        found = self._links.get(info.session_id)
+        if found is None:
+            digest = self._cache.get(info.session_id)
+            if digest is not None:
+                found = (digest.parent, digest.forked_from)
+            else:
+                reader = await self._store.open(info.session_id, "read")
+                try:
+                    found = subagents.links(reader.header)
+                finally:
+                    await reader.close()
+            if len(self._links) < MAX_LINKS:
+                self._links[info.session_id] = found
+        return found
 
     async def of(self, info: SessionInfo) -> Digest:
         """The digest of the session ``info`` describes, folded up to its stored events.
