@@ -6,6 +6,7 @@ import gc
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -17,7 +18,7 @@ from dsh_agent_loop.cli._simulate import (
     SimScript,
     SimSummary,
     exit_code,
-    run_simulation,
+    measure_simulation,
 )
 from dsh_agent_loop.llm._base import ModelRequest
 from dsh_agent_loop.llm._scripted import Reply
@@ -161,7 +162,7 @@ async def test_the_simulation_pauses_the_collector_for_the_run_and_restores_it(
     assert before[1]
     console = Console(file=io.StringIO())
     options = SimOptions(agents=25, tools=2)
-    summary = await run_simulation(options, MemoryStore(), "memory:", {}, console)
+    summary = await _summary(options, MemoryStore(), "memory:", {}, console)
     assert summary.ok
     assert summary.steps == 75
     assert seen.count(("create", False)) == 25  # paused from the first creation ...
@@ -193,9 +194,7 @@ async def test_at_most_concurrency_agents_run_a_turn_at_once(monkeypatch, concur
 
     monkeypatch.setattr(SimScript, "reply", watching)
     options = SimOptions(agents=agents, tools=tools, turns=turns, concurrency=concurrency)
-    summary = await run_simulation(
-        options, MemoryStore(), "memory:", {}, Console(file=io.StringIO())
-    )
+    summary = await _summary(options, MemoryStore(), "memory:", {}, Console(file=io.StringIO()))
     assert summary.ok
     assert summary.turns_completed == agents * turns
     assert summary.concurrency == concurrency
@@ -206,9 +205,7 @@ async def test_a_disabled_collector_stays_disabled() -> None:
     gc.disable()
     try:
         options = SimOptions(agents=3, tools=1)
-        summary = await run_simulation(
-            options, MemoryStore(), "memory:", {}, Console(file=io.StringIO())
-        )
+        summary = await _summary(options, MemoryStore(), "memory:", {}, Console(file=io.StringIO()))
         assert summary.ok
         assert not gc.isenabled()
     finally:
@@ -287,7 +284,7 @@ async def test_agents_are_created_concurrently_and_keep_their_ids(
     monkeypatch.setattr(_simulate, "_read_back", reading)
     store = SqliteStore(tmp_path / "sim.db")
     options = SimOptions(agents=20, tools=1)
-    summary = await run_simulation(options, store, "sqlite", {}, Console(file=io.StringIO()))
+    summary = await _summary(options, store, "sqlite", {}, Console(file=io.StringIO()))
     assert summary.ok
     assert summary.turns_completed == 20
     assert widest == 4  # (each SQLite create waits for its claim transaction)
@@ -352,3 +349,8 @@ def test_sim_replies_follow_the_step_and_the_whole_prompt_text() -> None:
     assert split is joined
     # a later user message starts the count again
     assert script.reply(_request(_user("p"), call, result, call, result, _user("q"))).calls
+
+
+async def _summary(*args: Any, **kwargs: Any) -> SimSummary:
+    """The summary of ``measure_simulation(*args, **kwargs)``."""
+    return (await measure_simulation(*args, **kwargs)).summary

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import trio
+import trio.testing
 
 from dsh_agent_loop import (
     AgentOptions,
@@ -169,3 +170,26 @@ async def test_a_command_no_worker_applies_in_time_is_202_and_stays_queued(tmp_p
                     while "looked" not in await texts(store, sid):
                         await trio.sleep(0.05)
             nursery.cancel_scope.cancel()
+
+
+async def test_a_body_slower_than_its_time_limit_is_408(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with running(tmp_path) as (address, sid):
+        host, _, port = address.removeprefix("http://").rpartition(":")
+        conn = await trio.open_tcp_stream(host, int(port))
+        head = (
+            f"POST /api/sessions/{sid}/messages HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+        )
+        await conn.send_all(head.encode() + b'{"text": "sl')  # and then nothing more
+        started = trio.current_time()
+        received = b""
+        with trio.fail_after(120):
+            while b"REQUEST_TIMEOUT" not in received:
+                chunk = await conn.receive_some()
+                assert chunk, f"closed without the coded reply; got {received!r}"
+                received += chunk
+        await conn.aclose()
+        assert received.startswith(b"HTTP/1.1 408"), received
+        assert trio.current_time() - started >= 30

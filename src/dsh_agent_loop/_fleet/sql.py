@@ -27,7 +27,7 @@ tries a session next: writing to a session still needs the store's own ownership
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final, Protocol, final
 
 import attrs
@@ -265,6 +265,13 @@ def waiting(tx: Tx, p: str) -> tuple[int, int, float | None]:
     return int(sessions), int(m[0]), (None if m[2] is None else float(m[2]))
 
 
+def _chunks(sids: Sequence[str], size: int = 500) -> Iterator[tuple[list[str], str]]:
+    """``sids`` in chunks of at most ``size``, each with its ``?, ?, ...`` placeholders."""
+    for start in range(0, len(sids), size):
+        chunk = list(sids[start : start + size])
+        yield chunk, ", ".join("?" * len(chunk))
+
+
 def assigned_worker(tx: Tx, p: str, sid: str) -> tuple[str, float] | None:
     """The worker ``sid`` is assigned to and its last heartbeat, or None (nobody, or no row)."""
     rows = tx.all(
@@ -278,9 +285,7 @@ def assigned_worker(tx: Tx, p: str, sid: str) -> tuple[str, float] | None:
 def assigned_workers(tx: Tx, p: str, sids: Sequence[str]) -> dict[str, tuple[str, float]]:
     """``assigned_worker`` for many sessions in one read (only those assigned)."""
     out: dict[str, tuple[str, float]] = {}
-    for start in range(0, len(sids), 500):
-        chunk = list(sids[start : start + 500])
-        marks = ", ".join("?" * len(chunk))
+    for chunk, marks in _chunks(sids):
         rows = tx.all(
             f"SELECT s.session_id, w.worker_id, w.heartbeat_at FROM {p}fleet_sessions s"
             f" JOIN {p}fleet_workers w ON w.worker_id = s.worker_id"
@@ -436,9 +441,7 @@ def work_of(tx: Tx, p: str, sid: str) -> list[Item]:
 def work_of_many(tx: Tx, p: str, sids: Sequence[str]) -> dict[str, list[Item]]:
     """``work_of`` for many sessions in one read (by session, each in order)."""
     out: dict[str, list[Item]] = {}
-    for start in range(0, len(sids), 500):
-        chunk = list(sids[start : start + 500])
-        marks = ", ".join("?" * len(chunk))
+    for chunk, marks in _chunks(sids):
         rows = tx.all(
             f"SELECT session_id, n, kind, body FROM {p}fleet_messages"
             f" WHERE session_id IN ({marks}) AND delivered_at IS NULL"

@@ -40,12 +40,18 @@ MAX_EVENTS: Final = 10_000
 MESSAGE_KINDS: Final = ("followup", "steer", "inject")
 
 
-def _ctx(request: Request) -> tuple[ServeContext, Digests]:
+def state_of(request: Request) -> tuple[ServeContext, Digests]:
+    """The server's context and digest cache (``app.state``)."""
     state = request.app.state
     return state.ctx, state.digests
 
 
-def _int_query(request: Request, name: str, default: int, low: int, high: int) -> int:
+def int_query(request: Request, name: str, default: int, low: int, high: int) -> int:
+    """Query ``name`` as an integer from ``low`` to ``high`` (absent: ``default``).
+
+    Raises:
+        ApiError: 400 naming the query when it is not such an integer.
+    """
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
@@ -102,8 +108,8 @@ async def _digest(digests: Digests, info: SessionInfo) -> Digest | None:
 
 async def list_sessions(request: Request) -> Response:
     """``GET /api/sessions``: one page of session summaries, newest first."""
-    ctx, digests = _ctx(request)
-    limit = _int_query(request, "limit", 50, 1, MAX_LIST)
+    ctx, digests = state_of(request)
+    limit = int_query(request, "limit", 50, 1, MAX_LIST)
     status = request.query_params.get("status") or None
     if status is not None and status not in STATUSES:
         raise bad(f"query 'status' must be one of {', '.join(STATUSES)}")
@@ -173,7 +179,7 @@ async def _children(ctx: ServeContext, digests: Digests, parent: Digest) -> list
 
 async def session_detail(request: Request) -> Response:
     """``GET /api/sessions/{id}``: the summary, header, children and pending calls."""
-    ctx, digests = _ctx(request)
+    ctx, digests = state_of(request)
     digest = await _known(ctx, digests, request.path_params["sid"])
     owner = await ctx.client.owner(digest.session_id)
     body = digest.summary(owner)
@@ -185,10 +191,10 @@ async def session_detail(request: Request) -> Response:
 
 async def session_events(request: Request) -> Response:
     """``GET /api/sessions/{id}/events?after_seq=&limit=``: committed events, in order."""
-    ctx, digests = _ctx(request)
+    ctx, digests = state_of(request)
     sid = request.path_params["sid"]
-    after = _int_query(request, "after_seq", -1, -1, 2**62)
-    limit = _int_query(request, "limit", 1000, 1, MAX_EVENTS)
+    after = int_query(request, "after_seq", -1, -1, 2**62)
+    limit = int_query(request, "limit", 1000, 1, MAX_EVENTS)
     await _known(ctx, digests, sid)
     try:
         reader = await ctx.client.store.open(sid, "read")
@@ -204,7 +210,7 @@ async def session_events(request: Request) -> Response:
 
 async def send_message(request: Request) -> Response:
     """``POST /api/sessions/{id}/messages {text, kind}``: accepted (202) once durable."""
-    ctx, digests = _ctx(request)
+    ctx, _ = state_of(request)
     sid = request.path_params["sid"]
     body = await json_body(request)
     text = field(body, "text", str)
@@ -213,13 +219,17 @@ async def send_message(request: Request) -> Response:
     kind = field(body, "kind", str, "followup")
     if kind not in MESSAGE_KINDS:
         raise bad(f"field 'kind' must be one of {', '.join(MESSAGE_KINDS)}")
-    await _known_or_queued(ctx, digests, sid)
+    await known_or_queued(ctx, sid)
     message_id = await ctx.client.send(sid, text, kind=kind or "followup")
     return JSONResponse({"message_id": message_id}, status_code=202)
 
 
-async def _known_or_queued(ctx: ServeContext, digests: Digests, sid: str) -> None:
-    """Like ``_known``, but a session the fleet has queued for creation passes too."""
+async def known_or_queued(ctx: ServeContext, sid: str) -> None:
+    """Pass when the store has ``sid`` or the fleet has it queued for creation.
+
+    Raises:
+        ApiError: 404 ``SESSION_NOT_FOUND`` otherwise.
+    """
     if not 0 < len(sid) <= 200 or not await ctx.client.known(sid):
         raise ApiError(404, "SESSION_NOT_FOUND", f"session {sid!r} not found")
 
@@ -234,18 +244,18 @@ async def _applied(ctx: ServeContext, command: Any) -> bool:
 
 async def cancel(request: Request) -> Response:
     """``POST /api/sessions/{id}/cancel {keep_inbox?}``."""
-    ctx, digests = _ctx(request)
+    ctx, _ = state_of(request)
     sid = request.path_params["sid"]
     body = await json_body(request, empty_ok=True)
     keep = bool(field(body, "keep_inbox", bool, False))
-    await _known_or_queued(ctx, digests, sid)
+    await known_or_queued(ctx, sid)
     applied = await _applied(ctx, lambda: ctx.client.cancel(sid, keep_inbox=keep))
     return JSONResponse({"applied": applied}, status_code=202)
 
 
 async def decide(request: Request) -> Response:
     """``POST /api/sessions/{id}/approvals/{call_id} {decision, message?, always?}``."""
-    ctx, digests = _ctx(request)
+    ctx, digests = state_of(request)
     sid, call_id = request.path_params["sid"], request.path_params["call_id"]
     body = await json_body(request)
     decision = field(body, "decision", str)
@@ -271,7 +281,7 @@ async def decide(request: Request) -> Response:
 
 async def create(request: Request) -> Response:
     """``POST /api/sessions {agent?, session_id?, prompt?}``: queued for the fleet (201)."""
-    ctx, _ = _ctx(request)
+    ctx, _ = state_of(request)
     body = await json_body(request, empty_ok=True)
     agent = field(body, "agent", str)
     sid = field(body, "session_id", str)
@@ -285,7 +295,7 @@ async def create(request: Request) -> Response:
 
 async def agents(request: Request) -> Response:
     """``GET /api/agents``: the agents ``create`` accepts."""
-    ctx, _ = _ctx(request)
+    ctx, _ = state_of(request)
     rows = [
         {"id": key, "provider": options.provider, "model": options.model}
         for key, options in ctx.agents.items()
@@ -295,7 +305,7 @@ async def agents(request: Request) -> Response:
 
 async def fleet(request: Request) -> Response:
     """``GET /api/fleet``: the workers and what waits."""
-    ctx, _ = _ctx(request)
+    ctx, _ = state_of(request)
     status = await ctx.client.status()
     return JSONResponse(
         {

@@ -3,7 +3,7 @@
 Every error the API gives is ``{"error": {"code", "message"}}`` with its status: handlers raise
 ``ApiError`` (or let a library error through: ``error_of`` maps the runtime's coded errors, so a
 ``SessionNotFoundError`` is a 404 ``SESSION_NOT_FOUND`` wherever it is raised). A body is read up
-to ``MAX_BODY_BYTES`` and must be one JSON object; fields are checked by the handler with
+to ``MAX_BODY_BYTES`` within ``BODY_TIMEOUT`` seconds and must be one JSON object; fields are checked by the handler with
 ``field``, which names the bad one.
 """
 
@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final, TypeVar, final
 
+import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -27,6 +28,9 @@ from .._errors import (
 from .context import MAX_BODY_BYTES
 
 T = TypeVar("T")
+
+#: Seconds a request body may take to arrive (the headers' time is the server's keep-alive).
+BODY_TIMEOUT: Final = 30.0
 
 #: The status of each library error the API lets through (by class, most specific first).
 _STATUS: Final = (
@@ -73,21 +77,24 @@ def bad(message: str) -> ApiError:
 
 
 async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
-    """The request body, read up to ``limit`` bytes.
+    """The request body, read up to ``limit`` bytes within ``BODY_TIMEOUT`` seconds.
 
     Raises:
-        ApiError: 413 when it is larger.
+        ApiError: 413 when it is larger, 408 ``REQUEST_TIMEOUT`` when it arrives slower.
     """
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, "LIMIT_EXCEEDED", f"request body over {limit} bytes")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, "LIMIT_EXCEEDED", f"request body over {limit} bytes")
-        chunks.append(chunk)
+    with trio.move_on_after(BODY_TIMEOUT) as late:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, "LIMIT_EXCEEDED", f"request body over {limit} bytes")
+            chunks.append(chunk)
+    if late.cancelled_caught:
+        raise ApiError(408, "REQUEST_TIMEOUT", f"the body took over {BODY_TIMEOUT:g} s to arrive")
     return b"".join(chunks)
 
 

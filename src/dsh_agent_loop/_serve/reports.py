@@ -18,7 +18,7 @@ import trio
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 
-from .api import _ctx
+from .api import state_of
 from .replies import ApiError
 
 #: A report's file name.
@@ -42,7 +42,7 @@ def _report_files(folder: Path) -> list[dict[str, Any]]:
 
 async def list_reports(request: Request) -> Response:
     """``GET /api/reports``: the reports in ``--reports DIR`` (none without it)."""
-    ctx, _ = _ctx(request)
+    ctx, _ = state_of(request)
     folder = ctx.reports_dir
     if folder is None:
         return JSONResponse({"reports": []})
@@ -62,7 +62,7 @@ def _resolve(folder: Path, name: str) -> Path | None:
 
 async def report(request: Request) -> Response:
     """``GET /reports/{name}``: one report file."""
-    ctx, _ = _ctx(request)
+    ctx, _ = state_of(request)
     name = request.path_params["name"]
     folder = ctx.reports_dir
     path = None if folder is None else await trio.to_thread.run_sync(_resolve, folder, name)

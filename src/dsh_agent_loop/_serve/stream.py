@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from ..events import event_to_json
-from .api import _ctx, _int_query, _known_or_queued
+from .api import int_query, known_or_queued, state_of
 from .replies import ApiError, bad
 
 #: Seconds of quiet between keepalive comments.
@@ -36,7 +36,7 @@ def check_room(request: Request) -> None:
     Raises:
         ApiError: 503 ``TOO_MANY_STREAMS``.
     """
-    ctx, _ = _ctx(request)
+    ctx, _ = state_of(request)
     if request.app.state.streams >= ctx.max_streams:
         raise ApiError(503, "TOO_MANY_STREAMS", f"{ctx.max_streams} event streams are open already")
 
@@ -55,7 +55,7 @@ async def counted(request: Request, records: AsyncGenerator[str, None]) -> Async
 
 def _start(request: Request) -> int:
     """The seq the stream starts after."""
-    after = _int_query(request, "after_seq", -1, -1, 2**62)
+    after = int_query(request, "after_seq", -1, -1, 2**62)
     last = request.headers.get("last-event-id")
     if last is not None and last.strip():
         try:
@@ -69,10 +69,10 @@ def _start(request: Request) -> int:
 
 async def session_stream(request: Request) -> Response:
     """Stream the session's events (module docstring)."""
-    ctx, digests = _ctx(request)
+    ctx, _ = state_of(request)
     sid = request.path_params["sid"]
     after = _start(request)
-    await _known_or_queued(ctx, digests, sid)
+    await known_or_queued(ctx, sid)
     check_room(request)
 
     async def records() -> AsyncGenerator[str, None]:

@@ -52,11 +52,9 @@ import trio
 from rich.console import Console
 
 from .._agent.options import AgentOptions
-from .._runtime import open_runtime
 from .._session.store import SessionStore
 from .._tools.base import Tool
 from ..config import RuntimeConfig
-from ..events import HOOK_TURN_STOPPING
 from ..fleet import FleetClient, FleetOptions
 from ..llm import ScriptedModel
 from ._setup import EXIT_OK, make_store
@@ -66,7 +64,7 @@ from ._sim_procs import (
     run_watched,
     watch,
 )
-from ._sim_script import SimScript, sim_tool
+from ._sim_script import SimScript
 from ._sim_series import ProcessSeries, RunFigures, Sampler, SimResult, phases_of
 from ._sim_summary import (
     DIGEST_MODULUS,
@@ -85,10 +83,10 @@ from ._simulate import (
     SIM_PROVIDER,
     Counts,
     SimOptions,
+    open_sim_runtime,
     read_back,
     refresh,
     sim_bars,
-    sim_config,
 )
 
 __all__ = ["CREATORS", "IDLE_UNLOAD_S", "run_fleet", "run_fleet_worker"]
@@ -160,22 +158,12 @@ async def _serve(
     )
     rss_before = _peak_rss()
 
-    async def on_turn_stopping(payload: object) -> None:
-        done[RUNNING] += 1
-
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as sampling:
             await sampling.start(sampler.run)
-            async with open_runtime(
-                sim_config(config),
-                store=store,
-                providers={SIM_PROVIDER: model},
-                tools=[sim_tool, *tools],
-                settings=settings,
-                seed=options.seed,
-                fleet=fleet,
+            async with open_sim_runtime(
+                options, store, settings, model, config, tools, done, fleet
             ) as rt:
-                rt.hooks.serial(HOOK_TURN_STOPPING, on_turn_stopping)
                 worker = rt.worker
                 assert worker is not None
                 async with trio.open_nursery() as nursery:

@@ -46,8 +46,8 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from typing import Any, Final, final
 
@@ -67,13 +67,14 @@ from rich.text import Text
 
 from .._agent.handle import AgentHandle
 from .._agent.options import AgentOptions
-from .._runtime import open_runtime
+from .._runtime import Runtime, open_runtime
 from .._session.store import SessionStore
 from .._tools.base import Tool
 from ..config import RuntimeConfig
 from ..events import (
     HOOK_TURN_STOPPING,
 )
+from ..fleet import FleetOptions
 from ..llm import ScriptedModel
 from ._sim_script import SimScript, sim_tool
 from ._sim_series import RunFigures, Sampler, SimResult, phases_of, rss_bytes
@@ -103,10 +104,10 @@ __all__ = [
     "Tally",
     "exit_code",
     "measure_simulation",
+    "open_sim_runtime",
     "print_summary",
     "read_back",
     "refresh",
-    "run_simulation",
     "sim_bars",
     "sim_config",
     "sim_tool",
@@ -291,6 +292,39 @@ def sim_config(config: RuntimeConfig | None) -> RuntimeConfig | None:
     return attrs.evolve(config, plugin=plugin, providers={})
 
 
+@asynccontextmanager
+async def open_sim_runtime(
+    options: SimOptions,
+    store: SessionStore,
+    settings: Mapping[str, Any],
+    model: ScriptedModel,
+    config: RuntimeConfig | None,
+    tools: Sequence[Tool],
+    done: list[int],
+    fleet: FleetOptions | None = None,
+) -> AsyncIterator[Runtime]:
+    """The runtime a simulation (or one fleet worker of it) runs its agents in.
+
+    Opened on ``sim_config(config)`` with the scripted model, ``sim_tool`` and ``tools``; every
+    turn that reaches ``agent/turn-stopping`` adds one to ``done[RUNNING]`` (the ``turns`` bar).
+    """
+
+    async def on_turn_stopping(payload: object) -> None:
+        done[RUNNING] += 1
+
+    async with open_runtime(
+        sim_config(config),
+        store=store,
+        providers={SIM_PROVIDER: model},
+        tools=[sim_tool, *tools],
+        settings=settings,
+        seed=options.seed,
+        fleet=fleet,
+    ) as rt:
+        rt.hooks.serial(HOOK_TURN_STOPPING, on_turn_stopping)
+        yield rt
+
+
 async def _run_agents(
     options: SimOptions,
     store: SessionStore,
@@ -328,19 +362,7 @@ async def _live_run(
 ) -> LiveRun:
     """The live part of ``_run_agents``: create, prompt, wait until idle, close."""
     done = counts.done
-
-    async def on_turn_stopping(payload: object) -> None:
-        done[RUNNING] += 1
-
-    async with open_runtime(
-        sim_config(config),
-        store=store,
-        providers={SIM_PROVIDER: model},
-        tools=[sim_tool, *tools],
-        settings=settings,
-        seed=options.seed,
-    ) as rt:
-        rt.hooks.serial(HOOK_TURN_STOPPING, on_turn_stopping)
+    async with open_sim_runtime(options, store, settings, model, config, tools, done) as rt:
         counts.begin(CREATING)
         handles = await _create_agents(rt.agents.create, options.numbers, done)
         create_s = counts.end(CREATING)
@@ -440,23 +462,6 @@ async def simulate(
     return run, tally
 
 
-async def run_simulation(
-    options: SimOptions,
-    store: SessionStore,
-    url: str,
-    settings: Mapping[str, Any],
-    console: Console,
-    *,
-    config: RuntimeConfig | None = None,
-    tools: Sequence[Tool] = (),
-) -> SimSummary:
-    """Run the simulation in this process, then read every session back; returns the summary."""
-    run = await measure_simulation(
-        options, store, url, settings, console, config=config, tools=tools
-    )
-    return run.summary
-
-
 async def measure_simulation(
     options: SimOptions,
     store: SessionStore,
@@ -467,7 +472,10 @@ async def measure_simulation(
     config: RuntimeConfig | None = None,
     tools: Sequence[Tool] = (),
 ) -> SimResult:
-    """``run_simulation``, with the figures its ``--report`` draws."""
+    """Run the simulation in this process and read every session back; summary and figures.
+
+    The figures are what ``--report`` draws.
+    """
     counts = sim_bars(console, options)
     sampler = Sampler()
     with counts.progress:
